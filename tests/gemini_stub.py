@@ -1,0 +1,45 @@
+"""A stand-in for the Gemini API on 127.0.0.1, for tests of the real google-genai path.
+
+It answers generateContent with a scripted reply (this is plumbing, not a model) and keeps
+every request it saw, headers included, so tests can check what google-genai sent.
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class GeminiStub:
+    def __init__(self, reply_text: str = "Blurryface stands for Tyler Joseph's insecurities."):
+        self.reply_text = reply_text
+        self.requests: list[dict] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                reply = {
+                    "candidates": [
+                        {"content": {"role": "model", "parts": [{"text": stub.reply_text}]}, "finishReason": "STOP"}
+                    ],
+                    "usageMetadata": {"promptTokenCount": 42, "candidatesTokenCount": 9, "thoughtsTokenCount": 5},
+                    "modelVersion": "stub",
+                }
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,275 @@
+"""The model layer: registry, local llama.cpp generation, record/replay, the Gemini path."""
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, set_mode
+from gemini_stub import GeminiStub
+from google.adk.evaluation.eval_case import Invocation
+from google.adk.evaluation.eval_metrics import (
+    EvalMetric,
+    JudgeModelOptions,
+    LlmAsAJudgeCriterion,
+    RubricsBasedCriterion,
+)
+from google.adk.evaluation.final_response_match_v2 import FinalResponseMatchV2Evaluator
+from google.adk.evaluation.rubric_based_evaluator import DefaultAutoRaterResponseParser
+from google.adk.models.registry import LLMRegistry
+from google.genai import types
+
+import helpers
+
+SMALL = "local/smollm2-135m"
+
+
+def test_local_and_gemini_names_resolve_to_workbook_classes():
+    assert LLMRegistry.resolve("local/qwen-1.5b") is helpers.LocalLlm
+    assert LLMRegistry.resolve("local/path:/tmp/any.gguf") is helpers.LocalLlm
+    assert LLMRegistry.resolve("gemini-2.5-flash") is helpers.RecordedGemini
+    agent = helpers.build_archivist("v1", model=SMALL) if helpers.prompt_versions() else None
+    if agent is not None:
+        assert isinstance(agent.canonical_model, helpers.LocalLlm)
+
+
+def test_judge_model_name_resolves_through_adk_evaluator():
+    metric = EvalMetric(
+        metric_name="final_response_match_v2",
+        criterion=LlmAsAJudgeCriterion(
+            threshold=0.5, judge_model_options=JudgeModelOptions(judge_model="local/qwen-0.5b", num_samples=1)
+        ),
+    )
+    evaluator = FinalResponseMatchV2Evaluator(metric)
+    assert isinstance(evaluator._judge_model, helpers.LocalLlm)
+    assert evaluator._judge_model.model == "local/qwen-0.5b"
+
+
+def test_unknown_local_model_lists_the_known_ones():
+    with pytest.raises(helpers.MissingModelError, match="local/qwen-1.5b.*local/smollm2-135m"):
+        helpers.local_model_path("local/qwen-70b")
+
+
+def test_missing_weight_package_says_what_to_install(monkeypatch):
+    spec = helpers.LocalModelSpec("ghost", ("no_such_weights_pkg",), "ghost-weights==1.0", "0" * 64)
+    monkeypatch.setitem(helpers.LOCAL_MODELS, "ghost", spec)
+    with pytest.raises(helpers.MissingModelError, match="ghost-weights==1.0.*make models"):
+        helpers.local_model_path("local/ghost")
+
+
+def test_bad_hash_is_refused(monkeypatch, tmp_path):
+    good = helpers.LOCAL_MODELS["smollm2-135m"]
+    bad = helpers.LocalModelSpec("bad", good.packages, good.pip_names, "f" * 64, single_file=good.single_file)
+    monkeypatch.setitem(helpers.LOCAL_MODELS, "bad", bad)
+    monkeypatch.setattr(helpers, "_VERIFIED", set())
+    with pytest.raises(helpers.MissingModelError, match="expected ffff"):
+        helpers.local_model_path("local/bad")
+
+
+def test_chat_template_renders_system_and_every_turn():
+    rendered = helpers.render_chat(SMALL, "SYSTEM-RULES", ["first question", "first answer", "second question"])
+    assert rendered.index("SYSTEM-RULES") < rendered.index("first question")
+    assert rendered.index("first question") < rendered.index("first answer") < rendered.index("second question")
+    assert rendered.count("<|im_start|>user") == 2 and rendered.count("<|im_start|>assistant") == 2
+    assert rendered.rstrip().endswith("<|im_start|>assistant")
+
+
+def _request(text: str, **config) -> helpers.LlmRequest:
+    return helpers.LlmRequest(
+        model=SMALL,
+        contents=[types.Content(role="user", parts=[types.Part(text=text)])],
+        config=types.GenerateContentConfig(system_instruction="Answer in one short sentence.", **config),
+    )
+
+
+async def _generate(model: str, request) -> helpers.LlmResponse:
+    llm = LLMRegistry.new_llm(model)
+    return [response async for response in llm.generate_content_async(request)][-1]
+
+
+def test_real_generation_fills_usage_and_honours_max_tokens(recordings):
+    response = helpers.run_sync(_generate(SMALL, _request("Name a colour.", max_output_tokens=8, temperature=0.0)))
+    assert response.content.parts[0].text.strip()
+    assert response.usage_metadata.prompt_token_count > 10
+    assert 0 < response.usage_metadata.candidates_token_count <= 8
+    assert response.custom_metadata["replayed"] is False
+
+
+def test_stop_sequences_cut_the_reply(recordings):
+    request = _request("Count from 1 to 10 separated by commas.", temperature=0.0, stop_sequences=["5"])
+    text = helpers.run_sync(_generate(SMALL, request)).content.parts[0].text
+    assert "5" not in text and "6" not in text
+
+
+def test_record_then_strict_replay_in_a_fresh_process_loads_no_model(recordings):
+    request = _request("Say hello to the archivist.", temperature=0.9, max_output_tokens=20)
+    live = helpers.run_sync(_generate(SMALL, request))
+    script = (
+        "import helpers, json\n"
+        "from test_models import _request, _generate, SMALL\n"
+        "r = helpers.run_sync(_generate(SMALL, _request('Say hello to the archivist.', temperature=0.9,"
+        " max_output_tokens=20)))\n"
+        "print(json.dumps({'text': r.content.parts[0].text, 'meta': r.custom_metadata,"
+        " 'prompt': r.usage_metadata.prompt_token_count, 'engines': len(helpers._ENGINES)}))\n"
+    )
+    env = {**os.environ, "WORKBOOK_RECORD_MODE": "replay", "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    replayed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert replayed["text"] == live.content.parts[0].text
+    assert replayed["meta"]["replayed"] is True
+    assert replayed["meta"]["seed"] == live.custom_metadata["seed"]
+    assert replayed["prompt"] == live.usage_metadata.prompt_token_count
+    assert replayed["engines"] == 0
+
+
+def test_strict_replay_miss_names_model_digest_and_prompt(recordings, monkeypatch):
+    set_mode(monkeypatch, "replay")
+    with pytest.raises(helpers.ReplayMissError) as error:
+        helpers.run_sync(_generate(SMALL, _request("Who leads the nine bishops?\nSecond line")))
+    message = str(error.value)
+    assert SMALL in message and "Who leads the nine bishops?" in message and "Second line" in message
+    digest = helpers.request_digest(helpers.normalize_request(SMALL, _request("Who leads the nine bishops?\nSecond line")))
+    assert digest in message
+
+
+def _scripted_live(texts):
+    """A scripted stand-in for a model (plumbing test): returns the next text each call."""
+    iterator = iter(texts)
+
+    async def live_call(seed):
+        return {"text": next(iterator), "finish_reason": "STOP", "latency_s": 0.5,
+                "usage": {"prompt_tokens": 3, "output_tokens": 1, "thinking_tokens": 0}}
+
+    return live_call
+
+
+def test_repeated_identical_requests_replay_in_order_with_their_own_seeds(recordings, monkeypatch):
+    request = {"model": "local/scripted", "system": "", "contents": [{"role": "user", "text": "judge"}], "config": {}}
+    store = helpers.cassettes()
+    live = _scripted_live(["valid", "invalid", "valid"])
+    first = [helpers.run_sync(store.call(request, live)) for _ in range(3)]
+    assert [reply["text"] for reply in first] == ["valid", "invalid", "valid"]
+    assert len({reply["seed"] for reply in first}) == 3
+    set_mode(monkeypatch, "replay")
+    again = [helpers.run_sync(helpers.cassettes().call(request, _scripted_live([]))) for _ in range(3)]
+    assert [(r["text"], r["seed"], r["replayed"]) for r in again] == [(r["text"], r["seed"], True) for r in first]
+    with pytest.raises(helpers.ReplayMissError, match="occurrence 3"):
+        helpers.run_sync(helpers.cassettes().call(request, _scripted_live([])))
+
+
+def _append_many(directory, writer, count):
+    os.environ["WORKBOOK_RECORDINGS"] = directory
+    store = helpers.CassetteStore(directory, "auto")
+    request = {"model": "local/shared", "system": "", "contents": [], "config": {}}
+    for index in range(count):
+        reply = {"text": f"{writer}-{index} " + "x" * 2000, "usage": {}}
+        store._append(store.cassette_path("local/shared"), request, f"{writer}-{index}", 0, reply)
+
+
+def test_two_processes_appending_to_one_cassette_leave_every_line_valid(recordings):
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_append_many, args=(str(recordings), name, 150)) for name in "ab"]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+        assert writer.exitcode == 0
+    lines = (recordings / "local_shared.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    assert len(entries) == 300
+    assert {entry["digest"] for entry in entries} == {f"{w}-{i}" for w in "ab" for i in range(150)}
+
+
+def test_a_write_killed_mid_line_costs_only_that_call(recordings):
+    store = helpers.cassettes()
+    request = {"model": "local/scripted", "system": "", "contents": [{"role": "user", "text": "q"}], "config": {}}
+    helpers.run_sync(store.call(request, _scripted_live(["kept"])))
+    cassette = store.cassette_path("local/scripted")
+    with open(cassette, "a") as handle:
+        handle.write('{"digest": "half-writ')  # what a kill during a write leaves behind
+    other = {**request, "contents": [{"role": "user", "text": "another"}]}
+    helpers.run_sync(store.call(other, _scripted_live(["also kept"])))
+    fresh = helpers.CassetteStore(recordings, "replay")
+    assert helpers.run_sync(fresh.call(request, _scripted_live([])))["text"] == "kept"
+    assert helpers.run_sync(fresh.call(other, _scripted_live([])))["text"] == "also kept"
+
+
+def test_gemini_path_through_google_genai_against_a_loopback_stub(recordings, monkeypatch):
+    stub = GeminiStub()
+    secret = "AIzaTEST-secret-key-1234567890"
+    monkeypatch.setenv("GOOGLE_API_KEY", secret)
+    monkeypatch.setenv("GEMINI_BASE_URL", stub.url)
+    try:
+        agent = helpers.build_archivist("v4", model="gemini-2.5-flash", thinking_budget=128)
+        table = helpers.chat(agent, ["Who is Blurryface?"])
+        judge = helpers.run_sync(_generate("gemini-2.5-pro", _request("Judge this answer.")))
+    finally:
+        stub.close()
+    assert table.loc[0, "answer"] == stub.reply_text
+    assert (table.loc[0, "prompt_tokens"], table.loc[0, "output_tokens"], table.loc[0, "thinking_tokens"]) == (42, 9, 5)
+    assert judge.content.parts[0].text == stub.reply_text
+    assert len(stub.requests) == 2
+    agent_call = stub.requests[0]
+    assert agent_call["path"].endswith("models/gemini-2.5-flash:generateContent")
+    assert agent_call["headers"].get("x-goog-api-key") == secret
+    assert "Known facts" in json.dumps(agent_call["body"]["systemInstruction"])
+    thinking = agent_call["body"]["generationConfig"]["thinkingConfig"]
+    assert 128 in (thinking.get("thinkingBudget"), thinking.get("thinking_budget"))
+    written = "".join(path.read_text() for path in recordings.glob("*.jsonl"))
+    assert "gemini-2.5-flash" in written and secret not in written
+
+
+def test_gemini_without_credentials_fails_early_with_the_fix(recordings, monkeypatch):
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.setenv("GEMINI_BASE_URL", "http://127.0.0.1:9")
+    with pytest.raises(helpers.CredentialsError, match="GOOGLE_API_KEY.*local/qwen-1.5b"):
+        helpers.run_sync(_generate("gemini-2.5-flash", _request("hi")))
+
+
+def _invocation(user: str, answer: str) -> Invocation:
+    return Invocation(
+        user_content=types.Content(role="user", parts=[types.Part(text=user)]),
+        final_response=types.Content(role="model", parts=[types.Part(text=answer)]),
+    )
+
+
+def test_reference_judge_reply_is_accepted_by_adks_parser(recordings):
+    metric = EvalMetric(
+        metric_name="final_response_match_v2",
+        criterion=LlmAsAJudgeCriterion(threshold=0.5, judge_model_options=JudgeModelOptions(judge_model=SMALL, num_samples=1)),
+    )
+    evaluator = FinalResponseMatchV2Evaluator(metric)
+    actual = _invocation("What colour is Trench?", "Trench is yellow.")
+    expected = _invocation("What colour is Trench?", "Yellow.")
+    result = helpers.run_sync(evaluator.evaluate_invocations([actual], [expected]))
+    assert result.per_invocation_results[0].score in (0.0, 1.0)  # None would mean ADK could not parse it
+    reply = helpers.CALL_LOG[-1]
+    assert reply["constrained"] == "json_schema"
+    assert json.loads(reply["text"])["is_the_agent_response_valid"] in ("valid", "invalid")
+
+
+def test_rubric_judge_reply_is_accepted_by_adks_parser(recordings):
+    from google.adk.evaluation.eval_rubrics import Rubric, RubricContent
+    from google.adk.evaluation.rubric_based_final_response_quality_v1 import (
+        RubricBasedFinalResponseQualityV1Evaluator,
+    )
+
+    rubrics = [
+        Rubric(rubric_id="scope", rubric_content=RubricContent(text_property="The answer stays on the lore.")),
+        Rubric(rubric_id="short", rubric_content=RubricContent(text_property="The answer is under 50 words.")),
+    ]
+    metric = EvalMetric(
+        metric_name="rubric_based_final_response_quality_v1",
+        criterion=RubricsBasedCriterion(
+            threshold=0.5, judge_model_options=JudgeModelOptions(judge_model=SMALL, num_samples=1), rubrics=rubrics
+        ),
+    )
+    evaluator = RubricBasedFinalResponseQualityV1Evaluator(metric)
+    helpers.run_sync(evaluator.evaluate_invocations([_invocation("Who is Nico?", "Nico leads the bishops.")], None))
+    reply = helpers.CALL_LOG[-1]
+    assert reply["constrained"] == "grammar"
+    parsed = DefaultAutoRaterResponseParser().parse(reply["text"])
+    assert [r.property_text for r in parsed] == ["The answer stays on the lore.", "The answer is under 50 words."]
+    assert all(r.score in (0.0, 1.0) for r in parsed)
