@@ -820,3 +820,22 @@ def _add_event(row: dict, event) -> None:
     if "replayed" in meta:
         row["latency_s"] += meta.get("latency_s") or 0.0
         row["replayed"] = bool(meta["replayed"])
+
+
+def ask_each(versions: list[str], questions: list[str], model: str | None = None):
+    """Return one row per (prompt version, question), each question in a fresh session.
+
+    Calls are grouped by version so that the instruction prefix stays in llama.cpp's cache.
+    """
+    import pandas as pd
+
+    async def run_all():
+        tables = []
+        for version in versions:
+            agent = build_archivist(version, model=model)
+            for number, question in enumerate(questions, start=1):
+                table = await chat_async(agent, [question], conversation_id=f"q{number}")
+                tables.append(table.assign(version=version))
+        return pd.concat(tables, ignore_index=True)
+
+    return run_sync(run_all())

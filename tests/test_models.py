@@ -130,7 +130,9 @@ def test_strict_replay_miss_names_model_digest_and_prompt(recordings, monkeypatc
         helpers.run_sync(_generate(SMALL, _request("Who leads the nine bishops?\nSecond line")))
     message = str(error.value)
     assert SMALL in message and "Who leads the nine bishops?" in message and "Second line" in message
-    digest = helpers.request_digest(helpers.normalize_request(SMALL, _request("Who leads the nine bishops?\nSecond line")))
+    digest = helpers.request_digest(
+        helpers.normalize_request(SMALL, _request("Who leads the nine bishops?\nSecond line"))
+    )
     assert digest in message
 
 
@@ -139,8 +141,12 @@ def _scripted_live(texts):
     iterator = iter(texts)
 
     async def live_call(seed):
-        return {"text": next(iterator), "finish_reason": "STOP", "latency_s": 0.5,
-                "usage": {"prompt_tokens": 3, "output_tokens": 1, "thinking_tokens": 0}}
+        return {
+            "text": next(iterator),
+            "finish_reason": "STOP",
+            "latency_s": 0.5,
+            "usage": {"prompt_tokens": 3, "output_tokens": 1, "thinking_tokens": 0},
+        }
 
     return live_call
 
@@ -238,7 +244,9 @@ def _invocation(user: str, answer: str) -> Invocation:
 def test_reference_judge_reply_is_accepted_by_adks_parser(recordings):
     metric = EvalMetric(
         metric_name="final_response_match_v2",
-        criterion=LlmAsAJudgeCriterion(threshold=0.5, judge_model_options=JudgeModelOptions(judge_model=SMALL, num_samples=1)),
+        criterion=LlmAsAJudgeCriterion(
+            threshold=0.5, judge_model_options=JudgeModelOptions(judge_model=SMALL, num_samples=1)
+        ),
     )
     evaluator = FinalResponseMatchV2Evaluator(metric)
     actual = _invocation("What colour is Trench?", "Trench is yellow.")
