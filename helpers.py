@@ -298,7 +298,7 @@ class CassetteStore:
             "digest": digest,
             "occurrence": occurrence,
             "model": request["model"],
-            "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "recorded_at": _now(),
             "prompt_head": _prompt_head(request),
             "reply": {key: value for key, value in reply.items() if key != "replayed"},
         }
@@ -839,3 +839,674 @@ def ask_each(versions: list[str], questions: list[str], model: str | None = None
         return pd.concat(tables, ignore_index=True)
 
     return run_sync(run_all())
+
+
+def use_record_mode(mode: str = "") -> str:
+    """Set the record mode for this process ('' keeps WORKBOOK_RECORD_MODE) and return it."""
+    if mode:
+        if mode not in ("auto", "replay", "live"):
+            raise WorkbookError(f"record mode must be auto, replay or live, not {mode!r}")
+        os.environ["WORKBOOK_RECORD_MODE"] = mode
+    return settings().workbook_record_mode
+
+
+def prompt_overview():
+    """Return one row per prompt version: why it exists, its size, and whether it has Known facts."""
+    import pandas as pd
+
+    rows = []
+    for version in prompt_versions():
+        prompt = load_prompt(version)
+        changed = " ".join(prompt.header.splitlines()[1:])
+        rows.append(
+            {
+                "version": version,
+                "words": len(prompt.instruction.split()),
+                "known_facts": "## Known facts" in prompt.instruction,
+                "what changed and why": changed,
+            }
+        )
+    return pd.DataFrame(rows).set_index("version")
+
+
+VERSION_COLORS = {"v1": "#9e9e9e", "v2": "#64b5f6", "v3": "#1e88e5", "v4": "#d84315"}
+
+
+def side_by_side(table, by: str = "version"):
+    """Return a styled table: one row per question, one answer column per prompt version."""
+    wide = table.pivot_table(index="user", columns=by, values="answer", aggfunc="first", sort=False)
+    return wide.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
+
+
+def plot_tokens(table, label: str = "user", by: str = "version"):
+    """Return a bar chart of output tokens and latency per answer, coloured by prompt version."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(table) + 1.5), sharey=True)
+    labels = [f"{row[by]} · {str(row[label])[:38]}" for _, row in table.iterrows()]
+    colors = [VERSION_COLORS.get(value, "#555555") for value in table[by]]
+    axes[0].barh(labels, table["output_tokens"], color=colors)
+    axes[0].set_xlabel("output tokens")
+    axes[1].barh(labels, table["latency_s"], color=colors)
+    axes[1].set_xlabel("latency (s, as recorded)")
+    axes[0].invert_yaxis()
+    figure.suptitle("Which answers cost the most: output tokens drive latency on a CPU model")
+    figure.tight_layout()
+    return figure
+
+
+# ============================================================================
+# 3. Evals (notebook 02)
+# ============================================================================
+
+EVALSETS = DATA / "evalsets"
+CONFIGS = DATA / "configs"
+RUNS = OUTPUTS / "runs"
+KNOWN_METRICS = {
+    "final_response_match_v2": "reference",
+    "rubric_based_final_response_quality_v1": "rubric",
+    "hallucinations_v1": "hallucination",
+    "response_match_score": "rouge",
+    "final_response_match_v1": "rouge",
+    "tool_trajectory_avg_score": "trajectory",
+    "response_evaluation_score": "vertex",
+    "safety_v1": "vertex",
+    "rubric_based_tool_use_quality_v1": "rubric",
+    "multi_turn_task_success_v1": "multi_turn",
+    "multi_turn_trajectory_quality_v1": "multi_turn",
+    "multi_turn_tool_use_quality_v1": "multi_turn",
+}
+RUN_COLUMNS = [
+    "run_id", "repeat", "case", "invocation", "metric", "judge", "sample", "sample_verdict", "sample_score",
+    "score", "status", "threshold", "rationale", "raw_reply", "user", "answer", "reference",
+    "agent_model", "prompt_version", "agent_prompt_tokens", "agent_output_tokens", "agent_thinking_tokens",
+    "agent_latency_s", "judge_prompt_tokens", "judge_output_tokens", "judge_latency_s", "replayed",
+]  # fmt: skip
+
+
+class EvalFileError(WorkbookError):
+    """An evalset or config file is malformed; the message names file, JSON path and problem."""
+
+
+def load_evalset(source: str | Path):
+    """Return an ADK EvalSet from a name in data/evalsets (e.g. 'final') or a path."""
+    from google.adk.evaluation.eval_set import EvalSet
+
+    path = _data_file(source, EVALSETS, ".evalset.json")
+    return _validated(path, EvalSet)
+
+
+def load_eval_config(source: str | Path):
+    """Return an ADK EvalConfig from a name in data/configs (e.g. 'final_reference') or a path."""
+    from google.adk.evaluation.eval_config import EvalConfig
+
+    path = _data_file(source, CONFIGS, ".json")
+    return _validated(path, EvalConfig)
+
+
+@dataclass
+class Finding:
+    """One problem the evalset linter found."""
+
+    severity: Literal["error", "warning", "info"]
+    where: str
+    what: str
+    fix: str
+
+
+def lint_evalset(evalset, config, agent_model: str | None = None) -> list[Finding]:
+    """Return the traps an evalset + config pair falls into, before any model is called.
+
+    Checks ADK's silent behaviours (untyped per-case rubrics are dropped, ties fail) and the
+    method's lessons (self-judging, rubrics that need lore a tool-less agent cannot evidence).
+    The knowledge-rubric check is a keyword heuristic: it can miss cases and flag harmless ones.
+    """
+    evalset = load_evalset(evalset) if isinstance(evalset, str | Path) else evalset
+    config = load_eval_config(config) if isinstance(config, str | Path) else config
+    findings: list[Finding] = []
+    findings += _lint_metrics(config, agent_model)
+    global_ids = _global_rubric_ids(config)
+    has_trajectory_in_order = _has_in_order_trajectory(config)
+    for case in evalset.eval_cases:
+        findings += _lint_case(case, config, global_ids, has_trajectory_in_order)
+    return findings
+
+
+def findings_table(findings: list[Finding]):
+    """Return linter findings as a table, errors first."""
+    import pandas as pd
+
+    order = {"error": 0, "warning": 1, "info": 2}
+    rows = sorted((vars(f) for f in findings), key=lambda row: order[row["severity"]])
+    return pd.DataFrame(rows, columns=["severity", "where", "what", "fix"])
+
+
+# Words that make a rubric a knowledge check in disguise (a "theory vs canon" rubric needs lore too).
+# Rubrics that point at the instructions are exempt: the judge sees the developer instructions.
+_KNOWLEDGE_WORDS = re.compile(
+    r"\b(correct(ly)?|accurate(ly)?|true|identif(y|ies)|full name|theor(y|ies)|canon|(19|20)\d\d)\b", re.I
+)
+
+
+def _lint_metrics(config, agent_model: str | None) -> list[Finding]:
+    findings = []
+    for name, criterion in (config.criteria or {}).items():
+        where = f"config criteria.{name}"
+        if name not in KNOWN_METRICS:
+            findings.append(
+                Finding("error", where, f"ADK has no metric named {name!r}", "use one of: " + ", ".join(KNOWN_METRICS))
+            )
+            continue
+        threshold = criterion if isinstance(criterion, int | float) else getattr(criterion, "threshold", None)
+        if threshold is None and isinstance(criterion, dict):
+            threshold = criterion.get("threshold")
+        if threshold is not None and not 0 <= float(threshold) <= 1:
+            findings.append(
+                Finding(
+                    "error",
+                    where,
+                    f"threshold {threshold} is outside [0, 1]",
+                    "scores are in [0, 1]: pick a threshold inside it",
+                )
+            )
+        options = _judge_options(criterion)
+        if options is None:
+            continue
+        samples = options.get("num_samples", 5)
+        if name == "final_response_match_v2" and samples % 2 == 0:
+            findings.append(
+                Finding(
+                    "warning",
+                    where,
+                    f"num_samples={samples} is even: a tie counts as invalid",
+                    "use an odd number of samples",
+                )
+            )
+        judge = options.get("judge_model")
+        if agent_model and judge == agent_model:
+            findings.append(
+                Finding(
+                    "warning",
+                    where,
+                    f"the judge {judge} is the agent's own model (self-preference)",
+                    "judge with a different model, or measure self-preference (notebook 04)",
+                )
+            )
+        if KNOWN_METRICS[name] == "rubric":
+            for rubric in _criterion_rubrics(criterion):
+                findings += _lint_rubric_text(rubric, f"{where}.rubrics[{rubric.get('rubric_id')}]")
+    return findings
+
+
+def _lint_case(case, config, global_ids: set[str], has_trajectory_in_order: bool) -> list[Finding]:
+    findings = []
+    where = f"case {case.eval_id}"
+    rubric_metric = any(KNOWN_METRICS.get(name) == "rubric" for name in config.criteria or {})
+    per_turn = [(f"{where} turn {i + 1}", inv.rubrics or []) for i, inv in enumerate(case.conversation or [])]
+    for place, rubrics in [(where, case.rubrics or []), *per_turn]:
+        for rubric in rubrics:
+            rubric_where = f"{place} rubric {rubric.rubric_id}"
+            if rubric_metric and rubric.type != "FINAL_RESPONSE_QUALITY":
+                findings.append(
+                    Finding(
+                        "error",
+                        rubric_where,
+                        "per-case rubric has no type FINAL_RESPONSE_QUALITY: ADK drops it silently",
+                        'add "type": "FINAL_RESPONSE_QUALITY"',
+                    )
+                )
+            if rubric.rubric_id in global_ids:
+                findings.append(
+                    Finding(
+                        "error", rubric_where, "rubric id also used by a config rubric", "give it a unique rubric_id"
+                    )
+                )
+            findings += _lint_rubric_text(rubric.model_dump(), rubric_where)
+    if len(case.conversation or []) > 1 and any(rubrics for _, rubrics in per_turn):
+        findings.append(
+            Finding(
+                "warning",
+                where,
+                "multi-turn case with per-turn rubrics: ADK 2.13 loses earlier turns",
+                "put rubrics on the case, or split the conversation",
+            )
+        )
+    for turn, invocation in enumerate(case.conversation or [], start=1):
+        expected_tools = invocation.intermediate_data and getattr(invocation.intermediate_data, "tool_uses", None)
+        if has_trajectory_in_order and not expected_tools:
+            findings.append(
+                Finding(
+                    "warning",
+                    f"{where} turn {turn}",
+                    "empty expected trajectory under IN_ORDER passes any trajectory",
+                    "put 'call no tool' cases in their own evalset with match_type EXACT",
+                )
+            )
+    return findings
+
+
+def _lint_rubric_text(rubric: dict, where: str) -> list[Finding]:
+    text = (rubric.get("rubric_content") or {}).get("text_property") or ""
+    findings = []
+    if "\n\n" in text.strip():
+        findings.append(
+            Finding("warning", where, "multi-paragraph rubric text", "one short yes/no property per rubric")
+        )
+    if _KNOWLEDGE_WORDS.search(text) and "instruction" not in text.lower():
+        findings.append(
+            Finding(
+                "warning",
+                where,
+                "rubric seems to check lore knowledge; a tool-less agent gives the judge no evidence for it (keyword heuristic)",
+                "move the fact into a reference answer and judge it with final_response_match_v2",
+            )
+        )
+    return findings
+
+
+def _judge_options(criterion) -> dict | None:
+    data = criterion if isinstance(criterion, dict) else getattr(criterion, "model_dump", lambda: None)()
+    return (data or {}).get("judge_model_options") if isinstance(data, dict) else None
+
+
+def _criterion_rubrics(criterion) -> list[dict]:
+    data = criterion if isinstance(criterion, dict) else criterion.model_dump()
+    return data.get("rubrics") or []
+
+
+def _global_rubric_ids(config) -> set[str]:
+    return {
+        rubric.get("rubric_id")
+        for name, criterion in (config.criteria or {}).items()
+        if KNOWN_METRICS.get(name) == "rubric" and not isinstance(criterion, int | float)
+        for rubric in _criterion_rubrics(criterion)
+    }
+
+
+def _has_in_order_trajectory(config) -> bool:
+    criterion = (config.criteria or {}).get("tool_trajectory_avg_score")
+    if criterion is None or isinstance(criterion, int | float):
+        return False
+    data = criterion if isinstance(criterion, dict) else criterion.model_dump()
+    return str(data.get("match_type", "EXACT")).upper() == "IN_ORDER"
+
+
+def _data_file(source: str | Path, folder: Path, suffix: str) -> Path:
+    path = Path(source)
+    if path.suffix != ".json":
+        path = folder / f"{source}{suffix}"
+    if not path.exists():
+        known = sorted(p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}"))
+        raise EvalFileError(f"{path}: no such file; {folder.relative_to(REPO)} has {', '.join(known)}")
+    return path
+
+
+def _validated(path: Path, model):
+    import pydantic
+
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise EvalFileError(
+            f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
+        ) from None
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as error:
+        problems = "; ".join(
+            f"at $.{'.'.join(str(p) for p in issue['loc'])}: {issue['msg']}" for issue in error.errors()[:5]
+        )
+        raise EvalFileError(f"{path}: does not match ADK's {model.__name__} schema: {problems}") from None
+
+
+def run_eval(
+    agent,
+    evalset: str | Path,
+    config: str | Path,
+    repeats: int = 1,
+    prompt_version: str = "",
+    run_id: str | None = None,
+    parallelism: int = 1,
+    show_findings: bool = True,
+):
+    """Return the tidy run table of an ADK eval: agent inference `repeats` times, every metric judged.
+
+    One row per (repeat, case, invocation, metric, judge, sample), with every judge sample's raw
+    reply and parsed verdict (ADK itself keeps only the winning sample). Writes the table and a
+    meta.json under outputs/runs/<run_id>/.
+    """
+    evalset_obj, config_obj = load_evalset(evalset), load_eval_config(config)
+    findings = lint_evalset(evalset_obj, config_obj, agent_model=agent.model)
+    if show_findings and findings:
+        _show(
+            findings_table(findings), f"The linter found {len(findings)} thing(s) to look at before trusting this eval:"
+        )
+    run_id = run_id or f"{evalset_obj.eval_set_id}-{prompt_version or 'agent'}-{_timestamp()}"
+    started = _now()
+    rows = run_sync(_eval_async(agent, evalset_obj, config_obj, repeats, parallelism, run_id))
+    table = _run_table(rows, run_id, agent.model, prompt_version)
+    meta = _run_meta(run_id, evalset, config, agent.model, prompt_version, repeats, started, findings)
+    write_run(table, meta)
+    return table
+
+
+def judge_answers(answers, evalset: str | Path, config, repeats: int = 1, run_id: str = "", judge_label: str = ""):
+    """Return the run table for frozen answers (columns case, user, answer) re-judged by `config`.
+
+    Nothing is asked of the agent, so any variation between repeats is the judge's alone.
+    `config` is a name/path or an EvalConfig object.
+    """
+    evalset_obj = load_evalset(evalset)
+    config_obj = config if not isinstance(config, str | Path) else load_eval_config(config)
+    results = [_frozen_inference(evalset_obj, row) for row in answers.itertuples()]
+    rows = run_sync(_judge_all(results, evalset_obj, config_obj, repeats, parallelism=1, run_id=run_id))
+    table = _run_table(rows, run_id, answers["agent_model"].iloc[0] if "agent_model" in answers else "", "")
+    if judge_label:
+        table["judge"] = judge_label
+    return table
+
+
+def write_run(table, meta: dict) -> Path:
+    """Write a run's table (CSV) and meta.json atomically under outputs/runs/<run_id>/; return the folder."""
+    folder = RUNS / meta["run_id"]
+    folder.mkdir(parents=True, exist_ok=True)
+    _atomic_write(folder / "table.csv", table.to_csv(index=False))
+    _atomic_write(folder / "meta.json", json.dumps(meta, indent=2, default=str))
+    return folder
+
+
+def read_runs(pattern: str = "*"):
+    """Return (tables concatenated, metas as a table) for every complete run under outputs/runs."""
+    import pandas as pd
+
+    tables, metas = [], []
+    for meta_path in sorted(RUNS.glob(f"{pattern}/meta.json")):
+        meta = json.loads(meta_path.read_text())
+        tables.append(pd.read_csv(meta_path.with_name("table.csv")))
+        metas.append(meta)
+    if not tables:
+        raise WorkbookError(f"no complete runs under {RUNS} matching {pattern!r}: run the eval notebooks first")
+    return pd.concat(tables, ignore_index=True), pd.DataFrame(metas)
+
+
+def case_scores(table):
+    """Return one row per (case, metric) with the ADK score and status (first repeat)."""
+    first = table[table["repeat"] == table["repeat"].min()]
+    return first.drop_duplicates(["case", "invocation", "metric"])[["case", "metric", "score", "status", "threshold"]]
+
+
+def plot_case_scores(table, title: str = ""):
+    """Return a per-case chart of scores, one marker per metric, threshold lines dashed."""
+    import matplotlib.pyplot as plt
+
+    scores = case_scores(table)
+    cases = list(dict.fromkeys(scores["case"]))
+    figure, axis = plt.subplots(figsize=(9, 0.38 * len(cases) + 1.5))
+    for (metric, group), marker in zip(scores.groupby("metric", sort=False), "os^D", strict=False):
+        positions = [cases.index(case) for case in group["case"]]
+        axis.scatter(group["score"].fillna(-0.1), positions, marker=marker, s=70, label=metric, alpha=0.8)
+        axis.axvline(group["threshold"].iloc[0], linestyle="--", linewidth=1, color="grey")
+    axis.set_yticks(range(len(cases)), cases)
+    axis.invert_yaxis()
+    axis.set_xlim(-0.15, 1.05)
+    axis.set_xlabel("score (dashed: threshold; -0.1: not evaluated)")
+    axis.legend(loc="lower left", fontsize=8)
+    axis.set_title(title or "Per-case scores")
+    figure.tight_layout()
+    return figure
+
+
+async def _eval_async(agent, evalset, config, repeats: int, parallelism: int, run_id: str) -> list[dict]:
+    from google.adk.evaluation.base_eval_service import InferenceConfig, InferenceRequest
+
+    service = _eval_service(agent, evalset)
+    limit = asyncio.Semaphore(parallelism)
+    progress = _progress(total=repeats * len(evalset.eval_cases), desc=f"{evalset.eval_set_id}: answer + judge")
+
+    async def one_case(case, repeat: int) -> list[dict]:
+        async with limit:
+            call_tags.set({"phase": "agent", "case": case.eval_id, "repeat": repeat, "run_id": run_id})
+            request = InferenceRequest(
+                app_name=APP_NAME,
+                eval_set_id=evalset.eval_set_id,
+                eval_case_ids=[case.eval_id],
+                inference_config=InferenceConfig(parallelism=1),
+            )
+            inference = [result async for result in service.perform_inference(request)][0]
+            rows = await _judge_one(service, inference, evalset, config, repeat, run_id)
+            progress.update(1)
+            return rows
+
+    try:
+        batches = await asyncio.gather(
+            *(one_case(case, repeat) for repeat in range(repeats) for case in evalset.eval_cases)
+        )
+    finally:
+        progress.close()
+    return [row for batch in batches for row in batch]
+
+
+async def _judge_all(results, evalset, config, repeats: int, parallelism: int, run_id: str) -> list[dict]:
+    service = _eval_service(None, evalset)
+    progress = _progress(total=repeats * len(results), desc="judging frozen answers")
+    rows = []
+    try:
+        for repeat in range(repeats):
+            for inference in results:
+                rows += await _judge_one(service, inference, evalset, config, repeat, run_id)
+                progress.update(1)
+    finally:
+        progress.close()
+    return rows
+
+
+async def _judge_one(service, inference, evalset, config, repeat: int, run_id: str) -> list[dict]:
+    from google.adk.evaluation.base_eval_service import EvaluateConfig, EvaluateRequest
+    from google.adk.evaluation.eval_config import get_eval_metrics_from_config
+
+    tags = {"phase": "judge", "case": inference.eval_case_id, "repeat": repeat, "run_id": run_id}
+    call_tags.set(tags)
+    first_call = len(CALL_LOG)
+    request = EvaluateRequest(
+        inference_results=[inference],
+        evaluate_config=EvaluateConfig(eval_metrics=get_eval_metrics_from_config(config), parallelism=1),
+    )
+    case_results = [result async for result in service.evaluate(request)]
+    judge_calls = [
+        call for call in CALL_LOG[first_call:] if call.get("phase") == "judge" and call.get("case") == tags["case"]
+    ]
+    agent_calls = [
+        call
+        for call in CALL_LOG
+        if call.get("phase") == "agent"
+        and call.get("case") == tags["case"]
+        and call.get("repeat") == repeat
+        and call.get("run_id") == run_id
+    ]
+    return _rows_for_case(case_results[0], config, judge_calls, agent_calls, repeat)
+
+
+def _eval_service(agent, evalset):
+    from google.adk.evaluation.in_memory_eval_sets_manager import InMemoryEvalSetsManager
+    from google.adk.evaluation.local_eval_service import LocalEvalService
+
+    manager = InMemoryEvalSetsManager()
+    manager.create_eval_set(APP_NAME, evalset.eval_set_id)
+    for case in evalset.eval_cases:
+        manager.add_eval_case(APP_NAME, evalset.eval_set_id, case)
+    return LocalEvalService(root_agent=agent, eval_sets_manager=manager)
+
+
+def _frozen_inference(evalset, row):
+    from google.adk.evaluation.base_eval_service import InferenceResult, InferenceStatus
+    from google.adk.evaluation.eval_case import Invocation
+
+    invocation = Invocation(
+        user_content=types.Content(role="user", parts=[types.Part(text=row.user)]),
+        final_response=types.Content(role="model", parts=[types.Part(text=str(row.answer))]),
+    )
+    return InferenceResult(
+        app_name=APP_NAME,
+        eval_set_id=evalset.eval_set_id,
+        eval_case_id=row.case,
+        inferences=[invocation],
+        session_id=f"frozen-{row.case}",
+        status=InferenceStatus.SUCCESS,
+    )
+
+
+def _rows_for_case(case_result, config, judge_calls: list[dict], agent_calls: list[dict], repeat: int) -> list[dict]:
+    agent_usage = {
+        "agent_prompt_tokens": sum(c["usage"]["prompt_tokens"] for c in agent_calls),
+        "agent_output_tokens": sum(c["usage"]["output_tokens"] for c in agent_calls),
+        "agent_thinking_tokens": sum(c["usage"].get("thinking_tokens", 0) for c in agent_calls),
+        "agent_latency_s": round(sum(c.get("latency_s") or 0 for c in agent_calls), 3),
+    }
+    rows = []
+    for number, per_invocation in enumerate(case_result.eval_metric_result_per_invocation, start=1):
+        actual, expected = per_invocation.actual_invocation, per_invocation.expected_invocation
+        user = _text_of(actual.user_content)
+        base = {
+            "repeat": repeat,
+            "case": case_result.eval_id,
+            "invocation": number,
+            "user": user,
+            "answer": _text_of(actual.final_response),
+            "reference": _text_of(expected.final_response) if expected else "",
+            **agent_usage,
+            "replayed": all(c.get("replayed") for c in agent_calls + judge_calls)
+            if agent_calls + judge_calls
+            else None,
+        }
+        for result in per_invocation.eval_metric_results:
+            kind = KNOWN_METRICS.get(result.metric_name, "other")
+            common = {**base, "metric": result.metric_name, "score": result.score, "status": result.eval_status.name}
+            common["threshold"] = result.threshold if result.threshold is not None else _criterion_threshold(result)
+            calls = [
+                c
+                for c in judge_calls
+                if judge_kind(c["request"]) == kind and user in c["request"]["contents"][-1]["text"]
+            ]
+            if not calls:
+                rows.append({**common, "judge": kind, "sample": 0, "sample_score": result.score})
+                continue
+            for sample, call in enumerate(calls):
+                rows.append({**common, **_parse_sample(kind, call, common["threshold"]), "sample": sample})
+    return rows
+
+
+def judge_kind(request: dict) -> str:
+    """Return which ADK judge prompt a request is: 'reference', 'rubric', 'hallucination' or 'other'."""
+    prompt = request["contents"][-1]["text"] if request["contents"] else ""
+    if '"is_the_agent_response_valid"' in prompt:
+        return "reference"
+    if "<properties>" in prompt and "Verdict:" in prompt:
+        return "rubric"
+    if "supporting_excerpt" in prompt or "<sentence>" in prompt:
+        return "hallucination"
+    return "other"
+
+
+def _parse_sample(kind: str, call: dict, threshold: float | None) -> dict:
+    text = call["text"]
+    parsed = {
+        "judge": call["model"],
+        "raw_reply": text,
+        "judge_prompt_tokens": call["usage"]["prompt_tokens"],
+        "judge_output_tokens": call["usage"]["output_tokens"],
+        "judge_latency_s": call.get("latency_s"),
+        "sample_score": None,
+        "sample_verdict": "unparsed",
+        "rationale": "",
+    }
+    if kind == "reference":
+        from google.adk.evaluation.final_response_match_v2 import Label, _parse_critique
+
+        label = _parse_critique(text)
+        parsed["sample_score"] = {Label.VALID: 1.0, Label.INVALID: 0.0}.get(label)
+        match = re.search(r'"reasoning"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+        parsed["rationale"] = json.loads(f'"{match.group(1)}"') if match else ""
+    elif kind == "rubric":
+        from google.adk.evaluation.rubric_based_evaluator import DefaultAutoRaterResponseParser
+
+        verdicts = DefaultAutoRaterResponseParser().parse(text)
+        scores = [v.score for v in verdicts if v.score is not None]
+        parsed["sample_score"] = sum(scores) / len(scores) if scores else None
+        parsed["rationale"] = " | ".join(
+            f"{'yes' if v.score else 'no'}: {v.property_text} — {v.rationale}" for v in verdicts
+        )
+    if parsed["sample_score"] is not None:
+        passed = parsed["sample_score"] >= (threshold if threshold is not None else 0.5)
+        parsed["sample_verdict"] = "pass" if passed else "fail"
+    return parsed
+
+
+def _criterion_threshold(result) -> float | None:
+    criterion = getattr(result, "criterion", None)
+    return getattr(criterion, "threshold", None)
+
+
+def _run_table(rows: list[dict], run_id: str, agent_model: str, prompt_version: str):
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    table["run_id"], table["agent_model"], table["prompt_version"] = run_id, agent_model, prompt_version
+    table = table.reindex(columns=RUN_COLUMNS)
+    return table.sort_values(["repeat", "case", "invocation", "metric", "sample"], kind="stable").reset_index(drop=True)
+
+
+def _run_meta(run_id, evalset, config, agent_model, prompt_version, repeats, started, findings) -> dict:
+    import google.adk
+
+    config_obj = load_eval_config(config)
+    judges = sorted({str((_judge_options(c) or {}).get("judge_model")) for c in (config_obj.criteria or {}).values()})
+    return {
+        "run_id": run_id,
+        "evalset": str(evalset),
+        "evalset_sha256": _file_digest(_data_file(evalset, EVALSETS, ".evalset.json")),
+        "config": str(config),
+        "config_sha256": _file_digest(_data_file(config, CONFIGS, ".json")),
+        "agent_model": agent_model,
+        "judge_models": judges,
+        "prompt_version": prompt_version,
+        "repeats": repeats,
+        "adk_version": google.adk.__version__,
+        "record_mode": settings().workbook_record_mode,
+        "lint_findings": len(findings),
+        "started": started,
+        "ended": _now(),
+    }
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def _progress(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="case", leave=False)
+
+
+def _show(table, caption: str) -> None:
+    try:
+        from IPython.display import Markdown, display
+
+        display(Markdown(caption), table)
+    except ImportError:  # plain Python: print instead
+        print(caption, table.to_string(), sep="\n")
