@@ -511,12 +511,17 @@ def _chat_body(request: dict, seed: int) -> dict:
         "messages": messages,
         "temperature": config.get("temperature", _DEFAULT_LOCAL_TEMPERATURE),
         "seed": seed,
-        "max_tokens": config.get("max_output_tokens", 512),
+        "max_tokens": 512,
     }
-    for ours, theirs in (("top_p", "top_p"), ("top_k", "top_k"), ("stop_sequences", "stop")):
+    body.update(judge_output_constraint(request))  # may raise max_tokens to fit every rubric block
+    for ours, theirs in (
+        ("max_output_tokens", "max_tokens"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("stop_sequences", "stop"),
+    ):
         if ours in config:
             body[theirs] = config[ours]
-    body.update(judge_output_constraint(request))
     return body
 
 
@@ -531,20 +536,19 @@ def judge_output_constraint(request: dict) -> dict:
         return {"json_schema": request["config"]["response_schema"]}
     prompt = request["contents"][-1]["text"] if request["contents"] else ""
     if '"is_the_agent_response_valid"' in prompt:
-        return {"json_schema": REFERENCE_JUDGE_SCHEMA}
+        return {"grammar": REFERENCE_JUDGE_GRAMMAR, "max_tokens": 160}
     if "<properties>" in prompt and "Verdict: [yes|no]" in prompt:
-        return {"grammar": rubric_grammar(_rubric_properties(prompt))}
+        properties = _rubric_properties(prompt)
+        return {"grammar": rubric_grammar(properties), "max_tokens": 40 + 140 * len(properties)}
     return {}
 
 
-REFERENCE_JUDGE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "reasoning": {"type": "string", "maxLength": 400},
-        "is_the_agent_response_valid": {"type": "string", "enum": ["valid", "invalid"]},
-    },
-    "required": ["reasoning", "is_the_agent_response_valid"],
-}
+# The JSON that final_response_match_v2 asks for, in the exact layout its regex reads (a plain JSON
+# schema lets the model put whitespace before the colon, which ADK's parser then rejects).
+REFERENCE_JUDGE_GRAMMAR = r"""root ::= "{\n  \"reasoning\": \"" reasoning "\",\n  \"is_the_agent_response_valid\": \"" label "\"\n}"
+reasoning ::= ([^"\\\n] | "\\" ["\\/nt]){1,300}
+label ::= "valid" | "invalid"
+"""
 
 
 def rubric_grammar(properties: list[tuple[str, str]]) -> str:
@@ -557,11 +561,11 @@ def rubric_grammar(properties: list[tuple[str, str]]) -> str:
     for index, (rubric_id, text) in enumerate(properties):
         literal = json.dumps(f"ID: {rubric_id}\nProperty: {text}\n", ensure_ascii=False)
         separator = ' "\\n"' if index < len(properties) - 1 else ""
-        fields = '"Evidence: " line "\\nRationale: " line "\\nVerdict: " verdict "\\n"'
+        fields = '"Evidence: " evidence "\\nRationale: " rationale "\\nVerdict: " verdict "\\n"'
         blocks.append(f"b{index} ::= {literal} {fields}{separator}")
     root = "root ::= " + " ".join(f"b{i}" for i in range(len(properties)))
-    line = "line ::= [^\\n]{1,240}"
-    return "\n".join([root, *blocks, line, 'verdict ::= "yes" | "no"'])
+    bounded = ["evidence ::= [^\\n]{1,160}", "rationale ::= [^\\n]{1,200}", 'verdict ::= "yes" | "no"']
+    return "\n".join([root, *blocks, *bounded])
 
 
 def _rubric_properties(prompt: str) -> list[tuple[str, str]]:
@@ -936,12 +940,20 @@ def load_evalset(source: str | Path):
     return _validated(path, EvalSet)
 
 
-def load_eval_config(source: str | Path):
-    """Return an ADK EvalConfig from a name in data/configs (e.g. 'final_reference') or a path."""
+def load_eval_config(source: str | Path | list):
+    """Return an ADK EvalConfig from a name in data/configs (e.g. 'final_reference'), a path, or a
+    list of them merged into one (so two metrics judge the same answers)."""
     from google.adk.evaluation.eval_config import EvalConfig
 
-    path = _data_file(source, CONFIGS, ".json")
-    return _validated(path, EvalConfig)
+    if isinstance(source, list):
+        merged: dict = {}
+        for part in source:
+            for name, criterion in (load_eval_config(part).criteria or {}).items():
+                if name in merged:
+                    raise EvalFileError(f"{part}: metric {name} is already set by an earlier config in {source}")
+                merged[name] = criterion
+        return EvalConfig(criteria=merged)
+    return _validated(_data_file(source, CONFIGS, ".json"), EvalConfig)
 
 
 @dataclass
@@ -1169,6 +1181,8 @@ def run_eval(
     run_id: str | None = None,
     parallelism: int = 1,
     show_findings: bool = True,
+    case_ids: list[str] | None = None,
+    judge_model: str | None = None,
 ):
     """Return the tidy run table of an ADK eval: agent inference `repeats` times, every metric judged.
 
@@ -1176,7 +1190,7 @@ def run_eval(
     reply and parsed verdict (ADK itself keeps only the winning sample). Writes the table and a
     meta.json under outputs/runs/<run_id>/.
     """
-    evalset_obj, config_obj = load_evalset(evalset), load_eval_config(config)
+    evalset_obj, config_obj = load_evalset(evalset), with_judge(load_eval_config(config), judge_model)
     findings = lint_evalset(evalset_obj, config_obj, agent_model=agent.model)
     if show_findings and findings:
         _show(
@@ -1184,9 +1198,9 @@ def run_eval(
         )
     run_id = run_id or f"{evalset_obj.eval_set_id}-{prompt_version or 'agent'}-{_timestamp()}"
     started = _now()
-    rows = run_sync(_eval_async(agent, evalset_obj, config_obj, repeats, parallelism, run_id))
+    rows = run_sync(_eval_async(agent, evalset_obj, config_obj, repeats, parallelism, run_id, case_ids))
     table = _run_table(rows, run_id, agent.model, prompt_version)
-    meta = _run_meta(run_id, evalset, config, agent.model, prompt_version, repeats, started, findings)
+    meta = _run_meta(run_id, evalset, config, config_obj, agent.model, prompt_version, repeats, started, findings)
     write_run(table, meta)
     return table
 
@@ -1200,11 +1214,32 @@ def judge_answers(answers, evalset: str | Path, config, repeats: int = 1, run_id
     evalset_obj = load_evalset(evalset)
     config_obj = config if not isinstance(config, str | Path) else load_eval_config(config)
     results = [_frozen_inference(evalset_obj, row) for row in answers.itertuples()]
-    rows = run_sync(_judge_all(results, evalset_obj, config_obj, repeats, parallelism=1, run_id=run_id))
+    service = _eval_service(None, evalset_obj)
+    inferences = [(repeat, result) for repeat in range(repeats) for result in results]
+    rows = run_sync(_judge_inferences(service, inferences, evalset_obj, config_obj, run_id))
     table = _run_table(rows, run_id, answers["agent_model"].iloc[0] if "agent_model" in answers else "", "")
     if judge_label:
         table["judge"] = judge_label
     return table
+
+
+def with_judge(config, judge_model: str | None = None, num_samples: int | None = None):
+    """Return a copy of an EvalConfig with every LLM-judged metric using `judge_model` / `num_samples`."""
+    if judge_model is None and num_samples is None:
+        return config
+    config = config.model_copy(deep=True)
+    for criterion in (config.criteria or {}).values():
+        options = getattr(criterion, "judge_model_options", None)
+        if options is None and isinstance(criterion, dict):
+            options = criterion.get("judge_model_options")
+        if options is None:
+            continue
+        if isinstance(options, dict):
+            options.update({k: v for k, v in (("judge_model", judge_model), ("num_samples", num_samples)) if v})
+        else:
+            options.judge_model = judge_model or options.judge_model
+            options.num_samples = num_samples or options.num_samples
+    return config
 
 
 def write_run(table, meta: dict) -> Path:
@@ -1257,14 +1292,15 @@ def plot_case_scores(table, title: str = ""):
     return figure
 
 
-async def _eval_async(agent, evalset, config, repeats: int, parallelism: int, run_id: str) -> list[dict]:
+async def _eval_async(agent, evalset, config, repeats: int, parallelism: int, run_id: str, case_ids) -> list[dict]:
     from google.adk.evaluation.base_eval_service import InferenceConfig, InferenceRequest
 
     service = _eval_service(agent, evalset)
+    cases = [case for case in evalset.eval_cases if not case_ids or case.eval_id in case_ids]
     limit = asyncio.Semaphore(parallelism)
-    progress = _progress(total=repeats * len(evalset.eval_cases), desc=f"{evalset.eval_set_id}: answer + judge")
+    progress = _progress(total=repeats * len(cases), desc=f"{evalset.eval_set_id}: agent answers")
 
-    async def one_case(case, repeat: int) -> list[dict]:
+    async def answer(case, repeat: int):
         async with limit:
             call_tags.set({"phase": "agent", "case": case.eval_id, "repeat": repeat, "run_id": run_id})
             request = InferenceRequest(
@@ -1274,43 +1310,41 @@ async def _eval_async(agent, evalset, config, repeats: int, parallelism: int, ru
                 inference_config=InferenceConfig(parallelism=1),
             )
             inference = [result async for result in service.perform_inference(request)][0]
-            rows = await _judge_one(service, inference, evalset, config, repeat, run_id)
             progress.update(1)
-            return rows
+            return repeat, inference
 
     try:
-        batches = await asyncio.gather(
-            *(one_case(case, repeat) for repeat in range(repeats) for case in evalset.eval_cases)
-        )
+        inferences = await asyncio.gather(*(answer(case, repeat) for repeat in range(repeats) for case in cases))
     finally:
         progress.close()
-    return [row for batch in batches for row in batch]
+    return await _judge_inferences(service, inferences, evalset, config, run_id)
 
 
-async def _judge_all(results, evalset, config, repeats: int, parallelism: int, run_id: str) -> list[dict]:
-    service = _eval_service(None, evalset)
-    progress = _progress(total=repeats * len(results), desc="judging frozen answers")
+async def _judge_inferences(service, inferences, evalset, config, run_id: str) -> list[dict]:
+    """Judge metric by metric, so each judge prompt family keeps llama.cpp's prefix cache warm."""
+    from google.adk.evaluation.eval_config import get_eval_metrics_from_config
+
     rows = []
-    try:
-        for repeat in range(repeats):
-            for inference in results:
-                rows += await _judge_one(service, inference, evalset, config, repeat, run_id)
+    for metric in [m for m in get_eval_metrics_from_config(config) if m.metric_name in config.criteria]:
+        progress = _progress(total=len(inferences), desc=f"judging: {metric.metric_name}")
+        try:
+            for repeat, inference in inferences:
+                rows += await _judge_one(service, inference, metric, repeat, run_id)
                 progress.update(1)
-    finally:
-        progress.close()
+        finally:
+            progress.close()
     return rows
 
 
-async def _judge_one(service, inference, evalset, config, repeat: int, run_id: str) -> list[dict]:
+async def _judge_one(service, inference, metric, repeat: int, run_id: str) -> list[dict]:
     from google.adk.evaluation.base_eval_service import EvaluateConfig, EvaluateRequest
-    from google.adk.evaluation.eval_config import get_eval_metrics_from_config
 
     tags = {"phase": "judge", "case": inference.eval_case_id, "repeat": repeat, "run_id": run_id}
     call_tags.set(tags)
     first_call = len(CALL_LOG)
     request = EvaluateRequest(
         inference_results=[inference],
-        evaluate_config=EvaluateConfig(eval_metrics=get_eval_metrics_from_config(config), parallelism=1),
+        evaluate_config=EvaluateConfig(eval_metrics=[metric], parallelism=1),
     )
     case_results = [result async for result in service.evaluate(request)]
     judge_calls = [
@@ -1324,7 +1358,7 @@ async def _judge_one(service, inference, evalset, config, repeat: int, run_id: s
         and call.get("repeat") == repeat
         and call.get("run_id") == run_id
     ]
-    return _rows_for_case(case_results[0], config, judge_calls, agent_calls, repeat)
+    return _rows_for_case(case_results[0], judge_calls, agent_calls, repeat)
 
 
 def _eval_service(agent, evalset):
@@ -1356,7 +1390,7 @@ def _frozen_inference(evalset, row):
     )
 
 
-def _rows_for_case(case_result, config, judge_calls: list[dict], agent_calls: list[dict], repeat: int) -> list[dict]:
+def _rows_for_case(case_result, judge_calls: list[dict], agent_calls: list[dict], repeat: int) -> list[dict]:
     agent_usage = {
         "agent_prompt_tokens": sum(c["usage"]["prompt_tokens"] for c in agent_calls),
         "agent_output_tokens": sum(c["usage"]["output_tokens"] for c in agent_calls),
@@ -1380,6 +1414,8 @@ def _rows_for_case(case_result, config, judge_calls: list[dict], agent_calls: li
             else None,
         }
         for result in per_invocation.eval_metric_results:
+            if result.eval_status.name == "INFORMATIONAL":
+                continue  # ADK's own efficiency counters; the table has its own token and latency columns
             kind = KNOWN_METRICS.get(result.metric_name, "other")
             common = {**base, "metric": result.metric_name, "score": result.score, "status": result.eval_status.name}
             common["threshold"] = result.threshold if result.threshold is not None else _criterion_threshold(result)
@@ -1456,17 +1492,16 @@ def _run_table(rows: list[dict], run_id: str, agent_model: str, prompt_version: 
     return table.sort_values(["repeat", "case", "invocation", "metric", "sample"], kind="stable").reset_index(drop=True)
 
 
-def _run_meta(run_id, evalset, config, agent_model, prompt_version, repeats, started, findings) -> dict:
+def _run_meta(run_id, evalset, config, config_obj, agent_model, prompt_version, repeats, started, findings) -> dict:
     import google.adk
 
-    config_obj = load_eval_config(config)
     judges = sorted({str((_judge_options(c) or {}).get("judge_model")) for c in (config_obj.criteria or {}).values()})
     return {
         "run_id": run_id,
         "evalset": str(evalset),
         "evalset_sha256": _file_digest(_data_file(evalset, EVALSETS, ".evalset.json")),
-        "config": str(config),
-        "config_sha256": _file_digest(_data_file(config, CONFIGS, ".json")),
+        "config": [str(part) for part in config] if isinstance(config, list) else str(config),
+        "config_sha256": [_file_digest(_data_file(part, CONFIGS, ".json")) for part in _as_list(config)],
         "agent_model": agent_model,
         "judge_models": judges,
         "prompt_version": prompt_version,
@@ -1479,8 +1514,12 @@ def _run_meta(run_id, evalset, config, agent_model, prompt_version, repeats, sta
     }
 
 
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
 def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -1510,3 +1549,53 @@ def _show(table, caption: str) -> None:
         display(Markdown(caption), table)
     except ImportError:  # plain Python: print instead
         print(caption, table.to_string(), sep="\n")
+
+
+def metric_verdicts(table):
+    """Return one row per case: each metric's status, named 'reference' / 'rubric' / ... (first repeat)."""
+    scores = case_scores(table)
+    scores = scores.assign(kind=scores["metric"].map(KNOWN_METRICS))
+    return scores.pivot_table(index="case", columns="kind", values="status", aggfunc="first", sort=False)
+
+
+def disagreement_view(table, cases):
+    """Return, per case and metric, the answer, the reference and every judge sample's verdict and rationale."""
+    rows = table[table["case"].isin(list(cases)) & (table["repeat"] == table["repeat"].min())]
+    view = rows[["case", "metric", "sample", "sample_verdict", "rationale", "answer", "reference"]]
+    return view.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
+
+
+DEFECT_PAIRS = {
+    "rubric demands more than the question": ("defect_overdemanding_rubric", "defect_overdemanding_fixed"),
+    "wrong reference fact": ("defect_wrong_reference", "defect_wrong_reference_fixed"),
+    "metric used outside its design": ("defect_knowledge_rubric", None),
+    "contradictory rules": ("defect_contradictory_rules", "defect_contradictory_fixed"),
+}
+
+
+def defect_pairs(table):
+    """Return one row per eval defect: each metric's status on the defective case and on its fix."""
+    import pandas as pd
+
+    verdicts = metric_verdicts(table)
+    rows = []
+    for defect, (before, after) in DEFECT_PAIRS.items():
+        for kind in verdicts.columns:
+            rows.append(
+                {
+                    "defect": defect,
+                    "metric": kind,
+                    "before": verdicts.loc[before, kind] if before in verdicts.index else "",
+                    "after the fix": verdicts.loc[after, kind] if after in verdicts.index else "(see below)",
+                }
+            )
+    return pd.DataFrame(rows).set_index(["defect", "metric"])
+
+
+def judge_prompts(run_id: str) -> list[str]:
+    """Return the text of every judge prompt this process sent (or replayed) for a run."""
+    return [
+        call["request"]["contents"][-1]["text"]
+        for call in CALL_LOG
+        if call.get("phase") == "judge" and call.get("run_id") == run_id
+    ]

@@ -254,7 +254,7 @@ def test_reference_judge_reply_is_accepted_by_adks_parser(recordings):
     result = helpers.run_sync(evaluator.evaluate_invocations([actual], [expected]))
     assert result.per_invocation_results[0].score in (0.0, 1.0)  # None would mean ADK could not parse it
     reply = helpers.CALL_LOG[-1]
-    assert reply["constrained"] == "json_schema"
+    assert reply["constrained"] == "grammar"
     assert json.loads(reply["text"])["is_the_agent_response_valid"] in ("valid", "invalid")
 
 
