@@ -305,16 +305,9 @@ class CassetteStore:
         line = _redact_secrets(json.dumps(entry, ensure_ascii=False)) + "\n"
         cassette.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(cassette) + ".lock"):
-            entries = self._entries(cassette)
-            if (digest, occurrence) in entries and self.mode != "live":
+            if (digest, occurrence) in self._entries(cassette) and self.mode != "live":
                 return  # another process recorded it first
-            with open(cassette, "a+b") as handle:
-                handle.seek(0, os.SEEK_END)
-                if handle.tell() and not _ends_with_newline(handle):
-                    handle.write(b"\n")  # a killed writer left a partial line: start afresh
-                handle.write(line.encode())
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_line(cassette, line)
 
 
 _STORES: dict[tuple[str, str], CassetteStore] = {}
@@ -647,6 +640,21 @@ def _read_cassette(cassette: Path) -> dict[tuple[str, int], dict]:
             continue
         entries[(entry["digest"], entry["occurrence"])] = entry
     return entries
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one newline-terminated line durably (hold the file's lock around it).
+
+    If a killed writer left a partial last line, the new line starts on a fresh one, so a crash
+    costs at most the line that was being written.
+    """
+    with open(path, "a+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() and not _ends_with_newline(handle):
+            handle.write(b"\n")
+        handle.write(line.encode())
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _ends_with_newline(handle) -> bool:
@@ -1599,3 +1607,270 @@ def judge_prompts(run_id: str) -> list[str]:
         for call in CALL_LOG
         if call.get("phase") == "judge" and call.get("run_id") == run_id
     ]
+
+
+# ============================================================================
+# 4. The battery (notebook 03)
+# ============================================================================
+
+BATTERIES = DATA / "battery"
+LABELS = DATA / "labels"
+FAILURE_KINDS = {
+    "eval_overdemanding_rubric": "eval: rubric demands more than the question",
+    "eval_wrong_reference": "eval: wrong or unverifiable reference fact",
+    "eval_metric_misuse": "eval: metric used outside its design",
+    "eval_contradictory_rules": "eval: contradictory rules",
+    "agent_outdated_knowledge": "agent: outdated knowledge",
+    "agent_confidence_without_basis": "agent: confidence without basis",
+}
+LABEL_COLUMNS = [
+    "labelled_at", "labeller", "battery", "conversation", "turn", "prompt_version", "model",
+    "answer_digest", "verdict", "failure_kind", "note", "row_check",
+]  # fmt: skip
+
+
+class BatteryError(WorkbookError):
+    """A battery YAML file does not match the expected schema."""
+
+
+@dataclass(frozen=True)
+class BatteryConversation:
+    """One hand-written test: user turns in order and what a good answer does."""
+
+    id: str
+    group: str
+    turns: tuple[str, ...]
+    expect: str
+
+
+def load_battery(source: str | Path = "archivist") -> list[BatteryConversation]:
+    """Return the conversations of a battery (a name in data/battery or a YAML path), validated."""
+    import yaml
+
+    path = Path(source) if str(source).endswith((".yaml", ".yml")) else BATTERIES / f"{source}.yaml"
+    if not path.exists():
+        known = ", ".join(p.stem for p in BATTERIES.glob("*.yaml"))
+        raise BatteryError(f"{path}: no such battery; data/battery has {known}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise BatteryError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("conversations"), list):
+        raise BatteryError(f"{path}: expected a mapping with a 'conversations' list")
+    conversations = [_battery_item(path, index, item) for index, item in enumerate(data["conversations"])]
+    seen: set[str] = set()
+    for index, conversation in enumerate(conversations):
+        if conversation.id in seen:
+            raise BatteryError(f"{path}: conversations[{index}] reuses id {conversation.id!r}; ids must be unique")
+        seen.add(conversation.id)
+    return conversations
+
+
+def run_battery(agent, battery: str | Path = "archivist", prompt_version: str = "", only: list[str] | None = None):
+    """Return one row per turn of every battery conversation (one ADK session per conversation)."""
+    import pandas as pd
+
+    conversations = [c for c in load_battery(battery) if not only or c.id in only]
+
+    async def run_all():
+        tables = []
+        progress = _progress(total=len(conversations), desc=f"battery on {prompt_version or agent.model}")
+        try:
+            for conversation in conversations:
+                table = await chat_async(agent, list(conversation.turns), conversation_id=conversation.id)
+                tables.append(table.assign(group=conversation.group, expect=conversation.expect))
+                progress.update(1)
+        finally:
+            progress.close()
+        return pd.concat(tables, ignore_index=True)
+
+    table = run_sync(run_all())
+    table["prompt_version"] = prompt_version
+    table["answer_digest"] = table["answer"].map(lambda text: hashlib.sha256(text.encode()).hexdigest()[:12])
+    return table
+
+
+def save_label(
+    answer_row,
+    verdict: Literal["pass", "fail"],
+    failure_kind: str = "",
+    note: str = "",
+    labeller: str = "",
+    battery: str = "archivist",
+) -> dict:
+    """Append one label for one answer to data/labels/<battery>.csv at once; return the row written.
+
+    Rows are only ever appended (relabelling keeps history; the latest label wins). Each row
+    carries a checksum, so a write torn by a crash is recognised and ignored on reading.
+    """
+    if verdict not in ("pass", "fail"):
+        raise WorkbookError(f"verdict must be 'pass' or 'fail', not {verdict!r}")
+    if failure_kind and failure_kind not in FAILURE_KINDS:
+        raise WorkbookError(f"failure_kind must be one of {', '.join(FAILURE_KINDS)} (or empty), not {failure_kind!r}")
+    row = {
+        "labelled_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "labeller": labeller or os.environ.get("USER", "someone"),
+        "battery": battery,
+        "conversation": answer_row["conversation"],
+        "turn": int(answer_row["turn"]),
+        "prompt_version": answer_row.get("prompt_version", ""),
+        "model": answer_row["model"],
+        "answer_digest": answer_row["answer_digest"],
+        "verdict": verdict,
+        "failure_kind": failure_kind if verdict == "fail" else "",
+        "note": note,
+    }
+    row["row_check"] = _row_check(row)
+    _append_csv_row(LABELS / f"{battery}.csv", row)
+    return row
+
+
+def read_labels(battery: str = "archivist", latest: bool = True):
+    """Return the labels of a battery; with latest=True, only the newest label per answer."""
+    import pandas as pd
+
+    path = LABELS / f"{battery}.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=LABEL_COLUMNS)
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()[1:], start=2):
+        row = _parse_label_line(line)
+        if row is None:
+            log.warning("%s line %d is incomplete (a torn write?); ignored", path, number)
+            continue
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=LABEL_COLUMNS)
+    table["turn"] = table["turn"].astype(int)
+    if latest:
+        key = ["conversation", "turn", "prompt_version", "model", "answer_digest"]
+        table = table.drop_duplicates(key, keep="last")
+    return table.reset_index(drop=True)
+
+
+def with_labels(answers, battery: str = "archivist"):
+    """Return battery answers joined with their latest human label (blank where none yet)."""
+    labels = read_labels(battery)[
+        ["conversation", "turn", "answer_digest", "verdict", "failure_kind", "note", "labeller"]
+    ]
+    merged = answers.merge(labels, on=["conversation", "turn", "answer_digest"], how="left")
+    return merged.fillna({"verdict": "", "failure_kind": "", "note": "", "labeller": ""})
+
+
+def uncovered_failures(labelled, evalsets: tuple[str, ...] = ("final",), similarity: float = 0.6):
+    """Return failed battery turns with the most similar eval case; `covered` is False when none is close.
+
+    Similarity is difflib's ratio on the user text: a rough screen, not a proof of coverage.
+    """
+    cases = [
+        (name, case.eval_id, _text_of(invocation.user_content))
+        for name in evalsets
+        for case in load_evalset(name).eval_cases
+        for invocation in case.conversation or []
+    ]
+    failed = labelled[labelled["verdict"] == "fail"].copy()
+
+    def closest(text: str):
+        scored = [
+            (difflib.SequenceMatcher(None, text.lower(), user.lower()).ratio(), f"{n}:{i}") for n, i, user in cases
+        ]
+        return max(scored) if scored else (0.0, "")
+
+    best = failed["user"].map(closest)
+    failed["closest_case"] = best.map(lambda pair: pair[1])
+    failed["similarity"] = best.map(lambda pair: round(pair[0], 2))
+    failed["covered"] = failed["similarity"] >= similarity
+    return failed[["conversation", "turn", "user", "failure_kind", "closest_case", "similarity", "covered"]]
+
+
+def promote_to_evalset(answers, conversation_id: str, reference: str, evalset: str | Path = "battery_promoted") -> Path:
+    """Append a battery conversation to an evalset as an ADK eval case; return the evalset's path.
+
+    `reference` is the person-written reference for the last turn; earlier turns keep the agent's
+    recorded answer as their reference (they set the context). The result is validated by ADK's
+    EvalSet model and the linter before it is written, atomically.
+    """
+    from google.adk.evaluation.eval_case import EvalCase, Invocation, SessionInput
+    from google.adk.evaluation.eval_set import EvalSet
+
+    turns = answers[answers["conversation"] == conversation_id].sort_values("turn")
+    if turns.empty:
+        raise WorkbookError(f"no battery answers for conversation {conversation_id!r}")
+    path = Path(evalset) if str(evalset).endswith(".json") else EVALSETS / f"{evalset}.evalset.json"
+    current = (
+        load_evalset(path)
+        if path.exists()
+        else EvalSet(
+            eval_set_id=path.name.removesuffix(".evalset.json"), name="Promoted from the battery", eval_cases=[]
+        )
+    )
+    case_id = f"battery_{conversation_id}"
+    if any(case.eval_id == case_id for case in current.eval_cases):
+        raise WorkbookError(f"{path} already has a case {case_id!r}; edit it there instead")
+    invocations = [
+        Invocation(
+            invocation_id=f"{case_id}-{row.turn}",
+            user_content=types.Content(role="user", parts=[types.Part(text=row.user)]),
+            final_response=types.Content(
+                role="model", parts=[types.Part(text=reference if row.turn == turns["turn"].max() else row.answer)]
+            ),
+        )
+        for row in turns.itertuples()
+    ]
+    case = EvalCase(
+        eval_id=case_id, conversation=invocations, session_input=SessionInput(app_name=APP_NAME, user_id="student")
+    )
+    updated = EvalSet.model_validate(
+        current.model_copy(update={"eval_cases": [*current.eval_cases, case]}).model_dump()
+    )
+    problems = [f for f in lint_evalset(updated, load_eval_config("final_reference")) if f.severity == "error"]
+    if problems:
+        raise WorkbookError(f"promoting {conversation_id} would add lint errors: {problems}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, updated.model_dump_json(indent=2, exclude_none=True))
+    return path
+
+
+def _battery_item(path: Path, index: int, item: Any) -> BatteryConversation:
+    where = f"{path}: conversations[{index}]"
+    if not isinstance(item, dict):
+        raise BatteryError(f"{where}: expected a mapping with id, group, turns, expect")
+    where += f" (id {item.get('id', '?')!r})"
+    for field, kind in (("id", str), ("group", str), ("expect", str), ("turns", list)):
+        if not isinstance(item.get(field), kind) or not item.get(field):
+            raise BatteryError(f"{where}: field '{field}' must be a non-empty {kind.__name__}")
+    if not re.fullmatch(r"[a-z0-9_]+", item["id"]):
+        raise BatteryError(f"{where}: field 'id' must be snake_case letters, digits and underscores")
+    if not all(isinstance(turn, str) and turn.strip() for turn in item["turns"]):
+        raise BatteryError(f"{where}: field 'turns' must be a list of non-empty strings")
+    return BatteryConversation(item["id"], item["group"], tuple(item["turns"]), item["expect"].strip())
+
+
+def _row_check(row: dict) -> str:
+    payload = json.dumps([str(row[column]) for column in LABEL_COLUMNS[:-1]], ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+
+def _parse_label_line(line: str) -> dict | None:
+    import csv
+
+    try:
+        values = next(csv.reader([line]))
+    except (csv.Error, StopIteration):
+        return None
+    if len(values) != len(LABEL_COLUMNS):
+        return None
+    row = dict(zip(LABEL_COLUMNS, values, strict=True))
+    return row if row["row_check"] == _row_check(row) else None
+
+
+def _append_csv_row(path: Path, row: dict) -> None:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([row[column] for column in LABEL_COLUMNS])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.exists() or path.stat().st_size == 0:
+            append_line(path, ",".join(LABEL_COLUMNS) + "\n")
+        append_line(path, buffer.getvalue())

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import nbformat
 import papermill
-
 from conftest import REPO
 
 
