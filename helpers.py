@@ -1213,13 +1213,13 @@ def run_eval(
     return table
 
 
-def judge_answers(answers, evalset: str | Path, config, repeats: int = 1, run_id: str = "", judge_label: str = ""):
+def judge_answers(answers, evalset, config, repeats: int = 1, run_id: str = "", judge_label: str = ""):
     """Return the run table for frozen answers (columns case, user, answer) re-judged by `config`.
 
     Nothing is asked of the agent, so any variation between repeats is the judge's alone.
     `config` is a name/path or an EvalConfig object.
     """
-    evalset_obj = load_evalset(evalset)
+    evalset_obj = load_evalset(evalset) if isinstance(evalset, str | Path) else evalset
     config_obj = config if not isinstance(config, str | Path) else load_eval_config(config)
     results = [_frozen_inference(evalset_obj, row) for row in answers.itertuples()]
     service = _eval_service(None, evalset_obj)
@@ -1830,6 +1830,75 @@ def promote_to_evalset(answers, conversation_id: str, reference: str, evalset: s
     return path
 
 
+class LabellingWidget:
+    """Label battery answers one at a time in JupyterLab: pass/fail, a failure kind, a note.
+
+    Each Save writes the label at once (see `save_label`). Tab moves between the controls and
+    Enter presses the focused button. `save_current` is the same action without a browser.
+    """
+
+    def __init__(self, answers, battery: str = "archivist", labeller: str = ""):
+        import ipywidgets as widgets
+
+        self.answers = with_labels(answers, battery).reset_index(drop=True)
+        self.battery, self.labeller, self.position = battery, labeller, 0
+        self.view = widgets.HTML()
+        self.verdict = widgets.ToggleButtons(options=["pass", "fail"], description="verdict")
+        kinds = [("(none)", "")] + [(label, key) for key, label in FAILURE_KINDS.items()]
+        self.kind = widgets.Dropdown(options=kinds, description="failure kind")
+        self.note = widgets.Text(placeholder="why, in a few words", description="note")
+        self.progress = widgets.IntProgress(min=0, max=len(self.answers))
+        self.status = widgets.Label()
+        save, back, skip = (widgets.Button(description=text) for text in ("Save & next", "Back", "Skip"))
+        save.button_style = "primary"
+        save.on_click(lambda _: self.save_current())
+        back.on_click(lambda _: self.move(-1))
+        skip.on_click(lambda _: self.move(1))
+        controls = widgets.HBox([save, back, skip, self.progress, self.status])
+        self.box = widgets.VBox([self.view, self.verdict, self.kind, self.note, controls])
+        self.move(0)
+
+    def save_current(self) -> dict:
+        """Save the label shown in the controls for the current answer, then show the next one."""
+        row = self.answers.loc[self.position]
+        saved = save_label(row, self.verdict.value, self.kind.value, self.note.value, self.labeller, self.battery)
+        self.answers.loc[self.position, ["verdict", "failure_kind", "note"]] = [
+            saved["verdict"],
+            saved["failure_kind"],
+            saved["note"],
+        ]
+        self.move(1)
+        return saved
+
+    def move(self, step: int) -> None:
+        """Show the answer `step` places away (clamped to the list)."""
+        import html
+
+        self.position = min(max(self.position + step, 0), len(self.answers) - 1)
+        row = self.answers.loc[self.position]
+        earlier = self.answers[(self.answers.conversation == row.conversation) & (self.answers.turn < row.turn)]
+        history = "".join(
+            f"<p><b>user:</b> {html.escape(r.user)}<br><b>agent:</b> {html.escape(r.answer)}</p>"
+            for r in earlier.itertuples()
+        )
+        self.view.value = (
+            f"<h4>{html.escape(row.conversation)} · turn {row.turn} · {html.escape(str(row.group))}</h4>{history}"
+            f"<p><b>user:</b> {html.escape(row.user)}</p><p><b>agent:</b> {html.escape(row.answer)}</p>"
+            f"<p style='background:#fff8e1;padding:4px'><b>a good answer:</b> {html.escape(row.expect)}</p>"
+        )
+        self.verdict.value = row.verdict or "pass"
+        self.kind.value = row.failure_kind or ""
+        self.note.value = row.note or ""
+        done = int((self.answers.verdict != "").sum())
+        self.progress.value = done
+        self.status.value = f"{self.position + 1}/{len(self.answers)} shown · {done} labelled"
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.box)
+
+
 def _battery_item(path: Path, index: int, item: Any) -> BatteryConversation:
     where = f"{path}: conversations[{index}]"
     if not isinstance(item, dict):
@@ -1874,3 +1943,359 @@ def _append_csv_row(path: Path, row: dict) -> None:
         if not path.exists() or path.stat().st_size == 0:
             append_line(path, ",".join(LABEL_COLUMNS) + "\n")
         append_line(path, buffer.getvalue())
+
+
+# ============================================================================
+# 5. Judges and agreement (notebook 04)
+# ============================================================================
+
+JUDGE_COLORS = {
+    "local/qwen-1.5b": "#1565c0",
+    "local/qwen-0.5b": "#ef6c00",
+    "local/smollm2-135m": "#8e24aa",
+    "rouge": "#757575",
+}
+
+
+def answers_evalset(answers, eval_set_id: str = "frozen_answers"):
+    """Return an in-memory ADK EvalSet whose cases are the given answers' questions and references.
+
+    `answers` needs columns case, user and reference (for the battery, the expectation).
+    """
+    from google.adk.evaluation.eval_case import EvalCase, Invocation
+    from google.adk.evaluation.eval_set import EvalSet
+
+    cases = [
+        EvalCase(
+            eval_id=row.case,
+            conversation=[
+                Invocation(
+                    user_content=types.Content(role="user", parts=[types.Part(text=row.user)]),
+                    final_response=types.Content(role="model", parts=[types.Part(text=row.reference)]),
+                )
+            ],
+        )
+        for row in answers.itertuples()
+    ]
+    return EvalSet(eval_set_id=eval_set_id, eval_cases=cases)
+
+
+def judge_panel(
+    answers, judges: list[str], samples: int = 3, repeats: int = 2, run_id: str = "panel", threshold: float = 0.5
+):
+    """Return the tidy run table of frozen answers re-judged by every judge, `samples` x `repeats` times.
+
+    Judges are model names, judged with final_response_match_v2 (sampled at the model's default
+    temperature, seeds recorded), or "rouge" for ADK's non-LLM response_match_score baseline.
+    """
+    import pandas as pd
+    from google.adk.evaluation.eval_config import EvalConfig
+
+    evalset = answers_evalset(answers)
+    tables = []
+    for judge in judges:
+        if judge == "rouge":
+            criteria = {"response_match_score": threshold}
+        else:
+            options = {"judge_model": judge, "num_samples": samples}
+            criteria = {"final_response_match_v2": {"threshold": threshold, "judge_model_options": options}}
+        table = judge_answers(
+            answers, evalset, EvalConfig(criteria=criteria), repeats=repeats, run_id=run_id, judge_label=judge
+        )
+        tables.append(table)
+    return pd.concat(tables, ignore_index=True)
+
+
+def sample_verdicts(table):
+    """Return one row per judge sample: judge, case, repeat, sample and a 1/0 pass verdict."""
+    rows = table.copy()
+    score = rows["sample_score"].fillna(rows["score"])
+    rows["passed"] = (score >= rows["threshold"].fillna(0.5)).astype(int).where(score.notna())
+    return rows.dropna(subset=["passed"])[["judge", "case", "repeat", "sample", "passed"]]
+
+
+def case_verdicts(table, repeat: int | None = 0):
+    """Return a case x judge table of ADK's aggregated verdicts (1 pass, 0 fail) for one repeat (None: majority of all)."""
+    rows = table.drop_duplicates(["judge", "case", "repeat"]).copy()
+    rows["passed"] = (rows["status"] == "PASSED").astype(int)
+    if repeat is not None:
+        rows = rows[rows["repeat"] == repeat]
+    return (
+        rows.pivot_table(index="case", columns="judge", values="passed", aggfunc="mean", sort=False).round().astype(int)
+    )
+
+
+def flip_rates(table):
+    """Return per judge and case: how many verdicts, the pass share, the minority share, and flips.
+
+    `minority_share` is 0 when every sample agreed and 0.5 for a coin flip; `run_flip` is True
+    when ADK's aggregated status differed between repeats of the same case.
+    """
+    samples = sample_verdicts(table)
+    grouped = samples.groupby(["judge", "case"])["passed"]
+    result = grouped.agg(verdicts="count", pass_share="mean").reset_index()
+    result["minority_share"] = result["pass_share"].map(lambda share: min(share, 1 - share))
+    statuses = table.drop_duplicates(["judge", "case", "repeat"]).groupby(["judge", "case"])["status"].nunique()
+    result["run_flip"] = result.set_index(["judge", "case"]).index.map(lambda key: statuses.get(key, 1) > 1)
+    return result
+
+
+def pairwise_kappa(verdicts):
+    """Return a judge x judge table of Cohen's kappa (scikit-learn) on case-level verdicts."""
+    import pandas as pd
+    from sklearn.metrics import cohen_kappa_score
+
+    judges = list(verdicts.columns)
+    matrix = pd.DataFrame(index=judges, columns=judges, dtype=float)
+    for first in judges:
+        for second in judges:
+            matrix.loc[first, second] = _kappa(verdicts[first], verdicts[second], cohen_kappa_score)
+    return matrix
+
+
+def panel_agreement(verdicts) -> dict:
+    """Return Fleiss' kappa (statsmodels) and Krippendorff's alpha (krippendorff) across all judges."""
+    import krippendorff
+    import numpy as np
+    from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
+
+    counts, _ = aggregate_raters(verdicts.to_numpy())
+    reliability = verdicts.to_numpy().T.astype(float)  # raters x units
+    unanimous = len(np.unique(reliability)) == 1
+    return {
+        "fleiss_kappa": float(fleiss_kappa(counts)) if not unanimous else 1.0,
+        "krippendorff_alpha": float(krippendorff.alpha(reliability_data=reliability, level_of_measurement="nominal"))
+        if not unanimous
+        else 1.0,
+    }
+
+
+def versus_truth(verdicts, truth):
+    """Return each judge's accuracy, precision, recall (for catching failures) and kappa against `truth`.
+
+    `truth` is a Series of 1 (pass) / 0 (fail) indexed by case: human labels, or another judge.
+    """
+    import pandas as pd
+    from sklearn.metrics import accuracy_score, cohen_kappa_score, precision_score, recall_score
+
+    common = verdicts.index.intersection(truth.index)
+    expected = truth.loc[common].astype(int)
+    rows = []
+    for judge in verdicts.columns:
+        said = verdicts.loc[common, judge].astype(int)
+        rows.append(
+            {
+                "judge": judge,
+                "cases": len(common),
+                "accuracy": accuracy_score(expected, said),
+                "fail_precision": precision_score(expected, said, pos_label=0, zero_division=0),
+                "fail_recall": recall_score(expected, said, pos_label=0, zero_division=0),
+                "kappa": _kappa(expected, said, cohen_kappa_score),
+            }
+        )
+    return pd.DataFrame(rows).set_index("judge").round(3)
+
+
+def bootstrap_ci(values, statistic=None, resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Return (estimate, low, high): a statistic and its 95% bootstrap interval (scipy.stats.bootstrap).
+
+    `values` is one array (default statistic: the mean) or a tuple of paired arrays.
+    """
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    samples = values if isinstance(values, tuple) else (np.asarray(values, dtype=float),)
+    statistic = statistic or (lambda sample, axis=-1: np.mean(sample, axis=axis))
+    estimate = float(statistic(*samples))
+    if len(samples[0]) < 2 or all(len(np.unique(sample)) == 1 for sample in samples):
+        return estimate, estimate, estimate  # nothing varies: every resample gives the same value
+    result = bootstrap(
+        samples,
+        statistic,
+        n_resamples=resamples,
+        paired=len(samples) > 1,
+        vectorized=len(samples) == 1,
+        confidence_level=0.95,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    low, high = result.confidence_interval
+    low = estimate if np.isnan(low) else float(low)
+    high = estimate if np.isnan(high) else float(high)
+    return estimate, min(low, estimate), max(high, estimate)
+
+
+def pass_rates(table):
+    """Return each judge's pass rate over all samples with a 95% bootstrap interval."""
+    import pandas as pd
+
+    samples = sample_verdicts(table)
+    rows = []
+    for judge, group in samples.groupby("judge", sort=False):
+        estimate, low, high = bootstrap_ci(group["passed"].to_numpy())
+        rows.append({"judge": judge, "samples": len(group), "pass_rate": estimate, "ci_low": low, "ci_high": high})
+    return pd.DataFrame(rows).set_index("judge").round(3)
+
+
+def kappa_ci(first, second) -> tuple[float, float, float]:
+    """Return Cohen's kappa between two verdict Series with a paired 95% bootstrap interval."""
+    from sklearn.metrics import cohen_kappa_score
+
+    def statistic(a, b):
+        return _kappa(a, b, cohen_kappa_score)
+
+    return bootstrap_ci((first.to_numpy(), second.to_numpy()), statistic)
+
+
+def plot_flip_rates(flips):
+    """Return a bar chart of each case's minority share per judge (0: stable, 0.5: a coin flip)."""
+    import matplotlib.pyplot as plt
+
+    wide = flips.pivot_table(index="case", columns="judge", values="minority_share", sort=False)
+    figure, axis = plt.subplots(figsize=(9, 0.32 * len(wide) + 1.5))
+    wide.plot.barh(ax=axis, color=[JUDGE_COLORS.get(j, "#555") for j in wide.columns], width=0.8)
+    axis.set_xlim(0, 0.5)
+    axis.invert_yaxis()
+    axis.set_xlabel("minority share of verdicts (0 = always the same, 0.5 = coin flip)")
+    axis.set_title("Where the same judge, on the same answer, changes its mind")
+    figure.tight_layout()
+    return figure
+
+
+def plot_kappa_heatmap(kappas):
+    """Return a judge x judge heatmap of Cohen's kappa."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure, axis = plt.subplots(figsize=(5.5, 4.5))
+    image = axis.imshow(kappas.to_numpy(dtype=float), vmin=-1, vmax=1, cmap="RdBu")
+    labels = [j.removeprefix("local/") for j in kappas.columns]
+    axis.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    axis.set_yticks(range(len(labels)), labels)
+    for (i, j), value in np.ndenumerate(kappas.to_numpy(dtype=float)):
+        axis.text(j, i, "n/a" if value != value else f"{value:.2f}", ha="center", va="center")
+    figure.colorbar(image, label="Cohen's kappa")
+    axis.set_title("How much the judges agree beyond chance")
+    figure.tight_layout()
+    return figure
+
+
+def plot_pass_rates(rates):
+    """Return each judge's pass rate with its 95% interval."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 0.5 * len(rates) + 1.5))
+    errors = [rates["pass_rate"] - rates["ci_low"], rates["ci_high"] - rates["pass_rate"]]
+    colors = [JUDGE_COLORS.get(j, "#555") for j in rates.index]
+    axis.barh(rates.index, rates["pass_rate"], xerr=errors, color=colors, capsize=4)
+    axis.set_xlim(0, 1)
+    axis.invert_yaxis()
+    axis.set_xlabel("pass rate over all samples (95% bootstrap interval)")
+    axis.set_title("Same answers, different judges, different pass rates")
+    figure.tight_layout()
+    return figure
+
+
+def plot_confusion(verdicts, truth):
+    """Return one confusion matrix per judge against `truth` (1 pass, 0 fail)."""
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    common = verdicts.index.intersection(truth.index)
+    figure, axes = plt.subplots(1, len(verdicts.columns), figsize=(3.2 * len(verdicts.columns), 3.2), squeeze=False)
+    for axis, judge in zip(axes[0], verdicts.columns, strict=True):
+        ConfusionMatrixDisplay.from_predictions(
+            truth.loc[common].astype(int),
+            verdicts.loc[common, judge].astype(int),
+            labels=[0, 1],
+            display_labels=["fail", "pass"],
+            ax=axis,
+            colorbar=False,
+        )
+        axis.set_title(judge.removeprefix("local/"), fontsize=10)
+        axis.set_xlabel("judge said")
+        axis.set_ylabel("human label")
+    figure.suptitle("Where each judge disagrees with the human labels")
+    figure.tight_layout()
+    return figure
+
+
+def _kappa(first, second, kappa_function) -> float:
+    import numpy as np
+
+    first, second = np.asarray(first), np.asarray(second)
+    if len(set(first) | set(second)) == 1:
+        return 1.0  # both raters gave one identical label throughout: perfect, if uninformative, agreement
+    value = kappa_function(first, second)
+    return float(value)
+
+
+def triage_table(panel, answers, designated_judge: str):
+    """Return the answers worth a second look: the designated judge disagrees with the human
+    label, or the LLM judges split. Each row shows the answer, reference, label and every verdict."""
+    verdicts = case_verdicts(panel, repeat=0)
+    llm = [judge for judge in verdicts.columns if judge != "rouge"]
+    human = answers.set_index("case")["verdict"]
+    rationale = (
+        panel[(panel["judge"] == designated_judge) & (panel["repeat"] == 0) & (panel["sample"] == 0)]
+        .set_index("case")["rationale"]
+        .to_dict()
+    )
+    rows = []
+    for case in verdicts.index:
+        label = human.get(case, "")
+        designated = "pass" if verdicts.loc[case, designated_judge] else "fail"
+        split = verdicts.loc[case, llm].nunique() > 1
+        if not split and (not label or label == designated):
+            continue
+        answer = answers.set_index("case").loc[case]
+        rows.append(
+            {
+                "case": case,
+                "answer": answer["answer"],
+                "reference": answer["reference"],
+                "human": label or "(unlabelled)",
+                **{j.removeprefix("local/"): "pass" if verdicts.loc[case, j] else "fail" for j in verdicts.columns},
+                "designated judge's rationale": rationale.get(case, ""),
+            }
+        )
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def triage_items(triage, prompt_version: str):
+    """Return triage rows in the shape LabellingWidget expects (one item per disagreement)."""
+    verdict_columns = [
+        c for c in triage.columns if c not in ("case", "answer", "reference", "human", "designated judge's rationale")
+    ]
+    items = triage.assign(
+        conversation=triage["case"],
+        turn=1,
+        group="triage",
+        user=triage["case"],
+        expect=triage.apply(
+            lambda row: (
+                f"reference: {row['reference']} | human: {row['human']} | "
+                + ", ".join(f"{c}: {row[c]}" for c in verdict_columns)
+            ),
+            axis=1,
+        ),
+        model="panel",
+        prompt_version=prompt_version,
+        answer_digest=triage["answer"].map(lambda text: hashlib.sha256(text.encode()).hexdigest()[:12]),
+    )
+    return items
+
+
+def scoreboard(triage_labels, battery_labels):
+    """Return the write-up's scoreboard: how many failures of each of the six kinds this run found."""
+    import pandas as pd
+
+    kinds = pd.concat(
+        [triage_labels["failure_kind"], battery_labels.loc[battery_labels["verdict"] == "fail", "failure_kind"]]
+    )
+    counts = kinds[kinds != ""].value_counts()
+    return pd.DataFrame(
+        {"kind": list(FAILURE_KINDS.values()), "found": [int(counts.get(key, 0)) for key in FAILURE_KINDS]}
+    ).set_index("kind")

@@ -1,0 +1,35 @@
+"""A scripted model for plumbing tests (not a real model): replies come from a list, in order.
+
+It goes through the same cassette layer as the real backends, so run tables see its calls.
+"""
+
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.registry import LLMRegistry
+
+import helpers
+
+SCRIPTS: dict[str, list[str]] = {}
+
+
+class ScriptedLlm(BaseLlm):
+    @classmethod
+    def supported_models(cls):
+        return [r"scripted/.+"]
+
+    async def generate_content_async(self, llm_request, stream=False):
+        request = helpers.normalize_request(self.model, llm_request)
+
+        async def live(seed):
+            text = SCRIPTS[self.model].pop(0) if SCRIPTS[self.model] else "(script exhausted)"
+            return {
+                "text": text,
+                "finish_reason": "STOP",
+                "latency_s": 0.01,
+                "usage": {"prompt_tokens": 10, "output_tokens": 5, "thinking_tokens": 0},
+            }
+
+        reply = await helpers.cassettes().call(request, live)
+        yield helpers._reply_to_llm_response(reply)
+
+
+LLMRegistry.register(ScriptedLlm)

@@ -1,0 +1,221 @@
+"""The eval engine's run table and the evalset linter."""
+
+import json
+
+import pytest
+import scripted
+
+import helpers
+
+GOOD_CASE = {
+    "eval_id": "ok",
+    "conversation": [
+        {
+            "invocation_id": "ok-1",
+            "user_content": {"role": "user", "parts": [{"text": "Who is Nico?"}]},
+            "final_response": {"role": "model", "parts": [{"text": "The chief bishop of Dema."}]},
+        }
+    ],
+}
+
+
+def _files(tmp_path, case_changes=None, criteria=None):
+    case = json.loads(json.dumps(GOOD_CASE))
+    for key, value in (case_changes or {}).items():
+        if key == "invocation":
+            case["conversation"][0].update(value)
+        else:
+            case[key] = value
+    evalset = tmp_path / "t.evalset.json"
+    evalset.write_text(json.dumps({"eval_set_id": "t", "eval_cases": [case]}))
+    config = tmp_path / "c.json"
+    default = {
+        "final_response_match_v2": {
+            "threshold": 0.5,
+            "judge_model_options": {"judge_model": "local/qwen-1.5b", "num_samples": 3},
+        }
+    }
+    config.write_text(json.dumps({"criteria": criteria or default}))
+    return evalset, config
+
+
+def _whats(tmp_path, agent_model="local/qwen-0.5b", **kwargs):
+    evalset, config = _files(tmp_path, **kwargs)
+    return [f.what for f in helpers.lint_evalset(evalset, config, agent_model=agent_model)]
+
+
+RUBRIC = {
+    "threshold": 0.8,
+    "judge_model_options": {"judge_model": "local/qwen-1.5b", "num_samples": 1},
+    "rubrics": [{"rubric_id": "scope", "rubric_content": {"text_property": "Stays on the story."}}],
+}
+
+
+def test_a_good_pair_has_no_findings(tmp_path):
+    assert _whats(tmp_path) == []
+    assert _whats(tmp_path, criteria={"rubric_based_final_response_quality_v1": RUBRIC}) == []
+
+
+def test_untyped_per_case_rubric_is_flagged_and_typed_one_is_not(tmp_path):
+    untyped = [{"rubric_id": "french", "rubric_content": {"text_property": "Is in French."}}]
+    criteria = {"rubric_based_final_response_quality_v1": RUBRIC}
+    assert any(
+        "drops it silently" in w
+        for w in _whats(tmp_path, criteria=criteria, case_changes={"invocation": {"rubrics": untyped}})
+    )
+    typed = [dict(untyped[0], type="FINAL_RESPONSE_QUALITY")]
+    assert not any(
+        "drops" in w for w in _whats(tmp_path, criteria=criteria, case_changes={"invocation": {"rubrics": typed}})
+    )
+
+
+def test_duplicate_rubric_id_between_config_and_case(tmp_path):
+    clash = [{"rubric_id": "scope", "rubric_content": {"text_property": "Short."}, "type": "FINAL_RESPONSE_QUALITY"}]
+    criteria = {"rubric_based_final_response_quality_v1": RUBRIC}
+    assert any(
+        "also used by a config rubric" in w
+        for w in _whats(tmp_path, criteria=criteria, case_changes={"rubrics": clash})
+    )
+
+
+def test_multi_paragraph_rubric_and_knowledge_rubric(tmp_path):
+    rubric = dict(
+        RUBRIC, rubrics=[{"rubric_id": "long", "rubric_content": {"text_property": "Stays on topic.\n\nAnd is kind."}}]
+    )
+    assert "multi-paragraph rubric text" in _whats(
+        tmp_path, criteria={"rubric_based_final_response_quality_v1": rubric}
+    )
+    knowledge = dict(
+        RUBRIC,
+        rubrics=[{"rubric_id": "k", "rubric_content": {"text_property": "States correctly that Blurryface is Nico."}}],
+    )
+    assert any(
+        "lore knowledge" in w for w in _whats(tmp_path, criteria={"rubric_based_final_response_quality_v1": knowledge})
+    )
+    pointing_at_instructions = dict(
+        RUBRIC,
+        rubrics=[
+            {
+                "rubric_id": "f",
+                "rubric_content": {"text_property": "Claims stay within the Known facts in the instructions."},
+            }
+        ],
+    )
+    assert _whats(tmp_path, criteria={"rubric_based_final_response_quality_v1": pointing_at_instructions}) == []
+
+
+def test_multi_turn_case_with_per_turn_rubrics(tmp_path):
+    evalset, config = _files(tmp_path, criteria={"rubric_based_final_response_quality_v1": RUBRIC})
+    data = json.loads(evalset.read_text())
+    turn = dict(data["eval_cases"][0]["conversation"][0])
+    turn["rubrics"] = [
+        {"rubric_id": "t", "rubric_content": {"text_property": "Short."}, "type": "FINAL_RESPONSE_QUALITY"}
+    ]
+    data["eval_cases"][0]["conversation"] = [turn, dict(turn, invocation_id="ok-2")]
+    evalset.write_text(json.dumps(data))
+    whats = [f.what for f in helpers.lint_evalset(evalset, config)]
+    assert any("loses earlier turns" in w for w in whats)
+
+
+def test_empty_trajectory_under_in_order(tmp_path):
+    criteria = {"tool_trajectory_avg_score": {"threshold": 1.0, "match_type": "IN_ORDER"}}
+    assert any("passes any trajectory" in w for w in _whats(tmp_path, criteria=criteria))
+    exact = {"tool_trajectory_avg_score": {"threshold": 1.0, "match_type": "EXACT"}}
+    assert _whats(tmp_path, criteria=exact) == []
+
+
+def test_unknown_metric_threshold_even_samples_and_self_judge(tmp_path):
+    assert any("no metric named" in w for w in _whats(tmp_path, criteria={"final_response_match_v3": 0.5}))
+    assert any("outside [0, 1]" in w for w in _whats(tmp_path, criteria={"response_match_score": 1.5}))
+    even = {
+        "final_response_match_v2": {
+            "threshold": 0.5,
+            "judge_model_options": {"judge_model": "local/qwen-1.5b", "num_samples": 4},
+        }
+    }
+    assert any("is even" in w for w in _whats(tmp_path, criteria=even))
+    assert any("self-preference" in w for w in _whats(tmp_path, agent_model="local/qwen-1.5b"))
+
+
+def test_malformed_json_and_schema_errors_name_file_and_path(tmp_path):
+    broken = tmp_path / "broken.evalset.json"
+    broken.write_text('{"eval_set_id": "x", "eval_cases": [}')
+    with pytest.raises(helpers.EvalFileError, match=r"broken.evalset.json: not valid JSON at line 1"):
+        helpers.load_evalset(broken)
+    wrong = tmp_path / "wrong.evalset.json"
+    wrong.write_text(json.dumps({"eval_set_id": "x", "eval_cases": [{"eval_id": 3, "conversation": "no"}]}))
+    with pytest.raises(helpers.EvalFileError, match=r"wrong.evalset.json: .*at \$\.eval_cases\.0\."):
+        helpers.load_evalset(wrong)
+
+
+def test_committed_evalsets_and_configs_load():
+    for name in ("round1", "final", "defects", "untyped_rubric"):
+        assert helpers.load_evalset(name).eval_cases
+    assert len(helpers.load_evalset("final").eval_cases) == 15
+    assert len(helpers.load_evalset("round1").eval_cases) == 8
+    for name in ("round1_rubrics", "final_reference", "final_behaviour", "defects_rubric", "defects_reference"):
+        assert helpers.load_eval_config(name).criteria
+
+
+def _judge_reply(valid: bool) -> str:
+    return json.dumps({"reasoning": "because", "is_the_agent_response_valid": "valid" if valid else "invalid"})
+
+
+def test_run_table_keeps_every_sample_and_statuses(recordings, tmp_path, monkeypatch):
+    """Plumbing, with scripted models: two cases, three judge samples each, one reply unparseable."""
+    monkeypatch.setattr(helpers, "RUNS", tmp_path / "runs")
+    evalset, config = _files(
+        tmp_path,
+        criteria={
+            "final_response_match_v2": {
+                "threshold": 0.5,
+                "judge_model_options": {"judge_model": "scripted/judge", "num_samples": 3},
+            }
+        },
+    )
+    data = json.loads(evalset.read_text())
+    data["eval_cases"].append(dict(data["eval_cases"][0], eval_id="second"))
+    evalset.write_text(json.dumps(data))
+    scripted.SCRIPTS["scripted/agent"] = ["Nico leads the bishops.", "No idea."]
+    scripted.SCRIPTS["scripted/judge"] = [
+        _judge_reply(True),
+        _judge_reply(False),
+        _judge_reply(True),
+        "I refuse to answer in JSON",
+        "???",
+        _judge_reply(False),
+    ]
+    agent = helpers.build_archivist("v1", model="scripted/agent")
+    table = helpers.run_eval(agent, evalset, config, run_id="t1", show_findings=False)
+    assert list(table.columns) == helpers.RUN_COLUMNS
+    assert len(table) == 6 and sorted(table["sample"].unique()) == [0, 1, 2]
+    ok = table[table.case == "ok"]
+    assert list(ok.sample_verdict) == ["pass", "fail", "pass"] and set(ok.status) == {"PASSED"}
+    assert list(ok.rationale) == ["because"] * 3
+    second = table[table.case == "second"]
+    assert list(second.sample_verdict) == ["unparsed", "unparsed", "fail"]
+    assert set(second.status) == {"FAILED"}
+    assert second.raw_reply.iloc[0] == "I refuse to answer in JSON"
+    assert (tmp_path / "runs" / "t1" / "table.csv").exists()
+    meta = json.loads((tmp_path / "runs" / "t1" / "meta.json").read_text())
+    assert meta["judge_models"] == ["scripted/judge"] and meta["agent_model"] == "scripted/agent"
+
+
+def test_unparseable_judge_reply_makes_the_case_not_evaluated(recordings, tmp_path, monkeypatch):
+    monkeypatch.setattr(helpers, "RUNS", tmp_path / "runs")
+    evalset, config = _files(
+        tmp_path,
+        criteria={
+            "final_response_match_v2": {
+                "threshold": 0.5,
+                "judge_model_options": {"judge_model": "scripted/judge", "num_samples": 1},
+            }
+        },
+    )
+    scripted.SCRIPTS["scripted/agent"] = ["Nico leads the bishops."]
+    scripted.SCRIPTS["scripted/judge"] = ["no json at all"]
+    table = helpers.run_eval(
+        helpers.build_archivist("v1", model="scripted/agent"), evalset, config, run_id="t2", show_findings=False
+    )
+    assert list(table.status) == ["NOT_EVALUATED"]
+    assert table.score.isna().all() and list(table.sample_verdict) == ["unparsed"]
