@@ -12,6 +12,7 @@ import contextvars
 import difflib
 import hashlib
 import importlib.util
+import itertools
 import json
 import logging
 import os
@@ -38,7 +39,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO = Path(__file__).resolve().parent
 DATA = REPO / "data"
-OUTPUTS = REPO / "outputs"
 log = logging.getLogger("workbook")
 
 
@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     workbook_recordings: Path = DATA / "recordings"
     workbook_model_cache: Path = Path.home() / ".cache" / "adk-eval-workbook"
     workbook_gguf: Path | None = None  # the file behind `local/custom`
+    workbook_outputs: Path = REPO / "outputs"  # executed notebooks, run tables, report.html
     workbook_threads: int = max(1, os.cpu_count() or 1)
     workbook_n_ctx: int = 8192
 
@@ -87,6 +88,16 @@ class Settings(BaseSettings):
 def settings() -> Settings:
     """Return the current settings (re-read each time, so tests and notebooks can change env)."""
     return Settings()
+
+
+def outputs_dir() -> Path:
+    """Return the folder for everything a run writes (WORKBOOK_OUTPUTS, default outputs/)."""
+    return settings().workbook_outputs
+
+
+def runs_dir() -> Path:
+    """Return the folder holding one sub-folder per run: table.csv and meta.json."""
+    return outputs_dir() / "runs"
 
 
 @dataclass(frozen=True)
@@ -913,7 +924,6 @@ def plot_tokens(table, label: str = "user", by: str = "version"):
 
 EVALSETS = DATA / "evalsets"
 CONFIGS = DATA / "configs"
-RUNS = OUTPUTS / "runs"
 KNOWN_METRICS = {
     "final_response_match_v2": "reference",
     "rubric_based_final_response_quality_v1": "rubric",
@@ -1252,7 +1262,7 @@ def with_judge(config, judge_model: str | None = None, num_samples: int | None =
 
 def write_run(table, meta: dict) -> Path:
     """Write a run's table (CSV) and meta.json atomically under outputs/runs/<run_id>/; return the folder."""
-    folder = RUNS / meta["run_id"]
+    folder = runs_dir() / meta["run_id"]
     folder.mkdir(parents=True, exist_ok=True)
     _atomic_write(folder / "table.csv", table.to_csv(index=False))
     _atomic_write(folder / "meta.json", json.dumps(meta, indent=2, default=str))
@@ -1264,12 +1274,12 @@ def read_runs(pattern: str = "*"):
     import pandas as pd
 
     tables, metas = [], []
-    for meta_path in sorted(RUNS.glob(f"{pattern}/meta.json")):
+    for meta_path in sorted(runs_dir().glob(f"{pattern}/meta.json")):
         meta = json.loads(meta_path.read_text())
         tables.append(pd.read_csv(meta_path.with_name("table.csv")))
         metas.append(meta)
     if not tables:
-        raise WorkbookError(f"no complete runs under {RUNS} matching {pattern!r}: run the eval notebooks first")
+        raise WorkbookError(f"no complete runs under {runs_dir()} matching {pattern!r}: run the eval notebooks first")
     return pd.concat(tables, ignore_index=True), pd.DataFrame(metas)
 
 
@@ -1988,11 +1998,12 @@ def judge_panel(
     Judges are model names, judged with final_response_match_v2 (sampled at the model's default
     temperature, seeds recorded), or "rouge" for ADK's non-LLM response_match_score baseline.
     """
+    import google.adk
     import pandas as pd
     from google.adk.evaluation.eval_config import EvalConfig
 
     evalset = answers_evalset(answers)
-    tables = []
+    started, tables = _now(), []
     for judge in judges:
         if judge == "rouge":
             criteria = {"response_match_score": threshold}
@@ -2003,7 +2014,22 @@ def judge_panel(
             answers, evalset, EvalConfig(criteria=criteria), repeats=repeats, run_id=run_id, judge_label=judge
         )
         tables.append(table)
-    return pd.concat(tables, ignore_index=True)
+    panel = pd.concat(tables, ignore_index=True)
+    meta = {
+        "run_id": run_id,
+        "kind": "judge_panel",
+        "judge_models": judges,
+        "agent_model": panel["agent_model"].iloc[0],
+        "answers": len(answers),
+        "samples": samples,
+        "repeats": repeats,
+        "adk_version": google.adk.__version__,
+        "record_mode": settings().workbook_record_mode,
+        "started": started,
+        "ended": _now(),
+    }
+    write_run(panel, meta)
+    return panel
 
 
 def sample_verdicts(table):
@@ -2299,3 +2325,216 @@ def scoreboard(triage_labels, battery_labels):
     return pd.DataFrame(
         {"kind": list(FAILURE_KINDS.values()), "found": [int(counts.get(key, 0)) for key in FAILURE_KINDS]}
     ).set_index("kind")
+
+
+# ============================================================================
+# 6. Reports (notebook 05 and `make report`)
+# ============================================================================
+
+NOTEBOOKS = REPO / "notebooks"
+_SECRET_NAMES = re.compile(r"key|token|secret|password|credential", re.I)
+
+
+@dataclass(frozen=True)
+class NotebookJob:
+    """One papermill execution: a notebook, its parameters, and where its output goes."""
+
+    notebook: str
+    parameters: dict
+    name: str  # output stem under outputs/notebooks/
+
+
+def grid_jobs(grid_file: str | Path = DATA / "report_grid.yaml") -> list[NotebookJob]:
+    """Return the notebook runs that `make report` executes, in order, from the grid YAML."""
+    import yaml
+
+    path = Path(grid_file)
+    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    jobs = [NotebookJob(name, {}, Path(name).stem) for name in spec.get("teaching_notebooks", [])]
+    grid = spec.get("grid")
+    if grid:
+        keys = list(grid["vary"])
+        for values in itertools.product(*(grid["vary"][key] for key in keys)):
+            parameters = {**grid.get("fixed", {}), **dict(zip(keys, values, strict=True))}
+            slug = "__".join(f"{key}={_slug(value)}" for key, value in zip(keys, values, strict=True))
+            parameters["run_id"] = f"grid__{slug}"
+            jobs.append(NotebookJob(grid["notebook"], parameters, f"{Path(grid['notebook']).stem}__{slug}"))
+    for job in jobs:
+        secret = [name for name in job.parameters if _SECRET_NAMES.search(name)]
+        if secret:
+            raise WorkbookError(
+                f"{path}: parameter {secret[0]!r} looks like a secret; put secrets in .env, never in the grid"
+            )
+        if not (NOTEBOOKS / job.notebook).exists():
+            raise WorkbookError(f"{path}: notebook {job.notebook!r} is not in notebooks/")
+    if spec.get("report"):
+        jobs.append(NotebookJob(spec["report"], {}, Path(spec["report"]).stem))
+    return jobs
+
+
+def run_grid(grid_file: str | Path = DATA / "report_grid.yaml", force: bool = False) -> list[dict]:
+    """Execute every job of the grid with papermill, skipping finished ones; return what happened.
+
+    A job is finished when its .done.json matches the notebook's current content and parameters.
+    An interrupted job has no .done.json and runs again; its model calls replay from the cassettes.
+    """
+    import papermill
+
+    folder = outputs_dir() / "notebooks"
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = grid_jobs(grid_file)
+    results = []
+    progress = _progress(total=len(jobs), desc="report grid")
+    try:
+        for job in jobs:
+            output, marker = folder / f"{job.name}.ipynb", folder / f"{job.name}.done.json"
+            fingerprint = _job_fingerprint(job)
+            if not force and marker.exists() and json.loads(marker.read_text()).get("fingerprint") == fingerprint:
+                results.append({"job": job.name, "status": "skipped (finished earlier)", "seconds": 0.0})
+                progress.update(1)
+                continue
+            marker.unlink(missing_ok=True)
+            started = time.perf_counter()
+            papermill.execute_notebook(
+                str(NOTEBOOKS / job.notebook),
+                str(output),
+                parameters=job.parameters,
+                kernel_name="python3",
+                cwd=str(NOTEBOOKS),
+                progress_bar=False,
+            )
+            seconds = round(time.perf_counter() - started, 1)
+            _atomic_write(marker, json.dumps({"fingerprint": fingerprint, "finished": _now(), "seconds": seconds}))
+            results.append({"job": job.name, "status": "ran", "seconds": seconds})
+            progress.update(1)
+    finally:
+        progress.close()
+    return results
+
+
+def export_report(executed: str | Path | None = None, target: str | Path | None = None) -> Path:
+    """Write the executed comparison notebook as a standalone HTML report (code hidden, figures inline)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    executed = Path(executed or outputs_dir() / "notebooks" / "05_comparison_report.ipynb")
+    target = Path(target or outputs_dir() / "report.html")
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+    _atomic_write(target, body)
+    return target
+
+
+def report_main() -> None:
+    """`make report`: run the grid (replaying recordings unless LIVE=1) and write outputs/report.html."""
+    started = time.perf_counter()
+    results = run_grid()
+    path = export_report()
+    for result in results:
+        print(f"  {result['status']:<26} {result['seconds']:>7.1f}s  {result['job']}")
+    print(f"Report written in {time.perf_counter() - started:.0f}s: {path}")
+
+
+def run_overview(metas):
+    """Return one row per run: what was run, with which models, when."""
+    columns = [
+        "run_id",
+        "prompt_version",
+        "agent_model",
+        "judge_models",
+        "evalset",
+        "repeats",
+        "record_mode",
+        "started",
+    ]
+    return metas.reindex(columns=columns).set_index("run_id")
+
+
+def version_pass_rates(table, metric: str = "final_response_match_v2"):
+    """Return case pass rates (ADK status) per prompt version and judge, with 95% bootstrap intervals."""
+    import pandas as pd
+
+    cases = table[table["metric"] == metric].drop_duplicates(["run_id", "repeat", "case"])
+    rows = []
+    for (version, judge), group in cases.groupby(["prompt_version", "judge"], sort=True):
+        estimate, low, high = bootstrap_ci((group["status"] == "PASSED").astype(float).to_numpy())
+        rows.append(
+            {
+                "prompt_version": version,
+                "judge": judge,
+                "cases": len(group),
+                "pass_rate": estimate,
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+    return pd.DataFrame(rows).round(3)
+
+
+def version_changes(table, before: str, after: str, metric: str = "final_response_match_v2"):
+    """Return, per judge and case, the status under two prompt versions and whether the change fixed or broke it."""
+    cases = table[table["metric"] == metric].drop_duplicates(["run_id", "repeat", "case"])
+    wide = cases.pivot_table(index=["judge", "case"], columns="prompt_version", values="status", aggfunc="first")
+    wide = wide.reindex(columns=[before, after]).dropna()
+    outcome = {("FAILED", "PASSED"): "fixed", ("PASSED", "FAILED"): "broke"}
+    wide["change"] = [outcome.get((old, new), "same") for old, new in zip(wide[before], wide[after], strict=True)]
+    return wide.reset_index()
+
+
+def cost_by_version(table):
+    """Return mean agent tokens (prompt, output, thinking apart), agent latency and judge tokens per prompt version."""
+    answers = table.drop_duplicates(["run_id", "repeat", "case"])
+    judged = table.dropna(subset=["judge_output_tokens"])
+    agent = answers.groupby("prompt_version")[
+        ["agent_prompt_tokens", "agent_output_tokens", "agent_thinking_tokens", "agent_latency_s"]
+    ].mean()
+    judge = judged.groupby("prompt_version")[["judge_prompt_tokens", "judge_output_tokens", "judge_latency_s"]].mean()
+    return agent.join(judge).round(1)
+
+
+def plot_version_pass_rates(rates):
+    """Return pass rate per prompt version, one bar group per judge, with 95% intervals."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 3.5))
+    judges = list(dict.fromkeys(rates["judge"]))
+    width = 0.8 / max(len(judges), 1)
+    versions = list(dict.fromkeys(rates["prompt_version"]))
+    for index, judge in enumerate(judges):
+        part = rates[rates["judge"] == judge].set_index("prompt_version").reindex(versions)
+        positions = [v + index * width for v in range(len(versions))]
+        errors = [part["pass_rate"] - part["ci_low"], part["ci_high"] - part["pass_rate"]]
+        axis.bar(
+            positions,
+            part["pass_rate"],
+            width,
+            yerr=errors,
+            capsize=3,
+            label=judge,
+            color=JUDGE_COLORS.get(judge, "#555"),
+        )
+    axis.set_xticks([v + width * (len(judges) - 1) / 2 for v in range(len(versions))], versions)
+    axis.set_ylim(0, 1)
+    axis.set_ylabel("cases passed (95% interval)")
+    axis.set_title("Did the later prompt pass more cases, by each judge's account?")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def _job_fingerprint(job: NotebookJob) -> str:
+    source = (NOTEBOOKS / job.notebook).read_bytes()
+    payload = json.dumps(job.parameters, sort_keys=True).encode() + source + (REPO / "helpers.py").read_bytes()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def _slug(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", str(value).removeprefix("local/")).strip("-")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["report"]:
+        raise SystemExit("usage: python -m helpers report")
+    report_main()

@@ -163,7 +163,7 @@ def _judge_reply(valid: bool) -> str:
 
 def test_run_table_keeps_every_sample_and_statuses(recordings, tmp_path, monkeypatch):
     """Plumbing, with scripted models: two cases, three judge samples each, one reply unparseable."""
-    monkeypatch.setattr(helpers, "RUNS", tmp_path / "runs")
+    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
     evalset, config = _files(
         tmp_path,
         criteria={
@@ -202,7 +202,7 @@ def test_run_table_keeps_every_sample_and_statuses(recordings, tmp_path, monkeyp
 
 
 def test_unparseable_judge_reply_makes_the_case_not_evaluated(recordings, tmp_path, monkeypatch):
-    monkeypatch.setattr(helpers, "RUNS", tmp_path / "runs")
+    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
     evalset, config = _files(
         tmp_path,
         criteria={
