@@ -9,7 +9,7 @@ SMOLLM_STAMP := $(VENV)/.smollm-installed
 LIVE ?= 0
 RECORD_MODE := $(if $(filter 1,$(LIVE)),auto,replay)
 
-.PHONY: report test models lint clean-outputs benchmark
+.PHONY: report test models lint benchmark chromium
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ models: $(MODELS_STAMP)
 report: $(STAMP) $(if $(filter 1,$(LIVE)),$(MODELS_STAMP))
 	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(PY) -m helpers report
 
-test: $(SMOLLM_STAMP)
+test: $(SMOLLM_STAMP) chromium
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)
@@ -41,3 +41,7 @@ lint: $(STAMP)
 
 benchmark: $(MODELS_STAMP)
 	$(PY) benchmarks/bench_models.py
+
+# Debian's Chromium for the report check in the tests.
+chromium:
+	@command -v chromium > /dev/null || { apt-get update -qq && apt-get install -y -qq chromium > /dev/null; }

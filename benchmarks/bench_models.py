@@ -1,0 +1,103 @@
+"""Benchmark the model layer against the raw llama.cpp binding, and replay against live calls.
+
+Prints ratios measured in one run (this machine is noisy; absolute numbers are not the point):
+- prompt reading and generation tokens/s through LocalLlm (ADK's interface + cassettes) vs xllamacpp;
+- the latency of a replayed call vs a live one.
+
+Usage: .venv/bin/python benchmarks/bench_models.py [local/qwen-0.5b] [rounds]
+Needs the model weights (`make models`). Nothing is written to data/recordings.
+"""
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ["WORKBOOK_RECORDINGS"] = tempfile.mkdtemp(prefix="bench-recordings-")
+os.environ["WORKBOOK_RECORD_MODE"] = "auto"
+
+from google.adk.models.registry import LLMRegistry  # noqa: E402
+from google.genai import types  # noqa: E402
+
+import helpers  # noqa: E402
+
+MODEL = sys.argv[1] if len(sys.argv) > 1 else "local/qwen-0.5b"
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+FILLER = " ".join(f"Fact {i}: the archivist keeps record number {i} in the tower." for i in range(60))
+
+
+def _prompt_heavy() -> tuple[str, str, int]:
+    """A fresh ~900-token prompt (a nonce defeats the prefix cache) and a 1-token answer."""
+    return f"[{uuid.uuid4()}] You keep records. {FILLER}", "Reply with one word: ok.", 1
+
+
+def _generation_heavy() -> tuple[str, str, int]:
+    return f"[{uuid.uuid4()}] You are verbose.", "Count from 1 to 200 in words, separated by commas.", 96
+
+
+def raw_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int]:
+    engine = helpers.local_engine(MODEL)
+    body = {
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "seed": 1,
+    }
+    started = time.perf_counter()
+    reply = engine.chat(body)
+    return time.perf_counter() - started, reply["usage"]["prompt_tokens"], reply["usage"]["completion_tokens"]
+
+
+def workbook_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int]:
+    request = helpers.LlmRequest(
+        model=MODEL,
+        contents=[types.Content(role="user", parts=[types.Part(text=user)])],
+        config=types.GenerateContentConfig(system_instruction=system, max_output_tokens=max_tokens, temperature=0.0),
+    )
+    llm = LLMRegistry.new_llm(MODEL)
+
+    async def call():
+        return [r async for r in llm.generate_content_async(request)][-1]
+
+    started = time.perf_counter()
+    response = asyncio.run(call())
+    usage = response.usage_metadata
+    return time.perf_counter() - started, usage.prompt_token_count, usage.candidates_token_count, request
+
+
+def main() -> None:
+    helpers.local_engine(MODEL)  # load once, outside the timings
+    rates = {"raw": {"prompt": [], "generation": []}, "workbook": {"prompt": [], "generation": []}}
+    replay_ratios = []
+    for _ in range(ROUNDS):
+        for kind, make in (("prompt", _prompt_heavy), ("generation", _generation_heavy)):
+            system, user, max_tokens = make()
+            seconds, prompt_tokens, output_tokens = raw_call(system, user, max_tokens)
+            rates["raw"][kind].append((prompt_tokens if kind == "prompt" else output_tokens) / seconds)
+            system, user, max_tokens = make()
+            seconds, prompt_tokens, output_tokens, request = workbook_call(system, user, max_tokens)
+            rates["workbook"][kind].append((prompt_tokens if kind == "prompt" else output_tokens) / seconds)
+            live_seconds = seconds
+        os.environ["WORKBOOK_RECORD_MODE"] = "replay"
+        helpers.reset_occurrences()
+        replay_seconds = workbook_call(
+            request.config.system_instruction, request.contents[0].parts[0].text, request.config.max_output_tokens
+        )[0]
+        os.environ["WORKBOOK_RECORD_MODE"] = "auto"
+        replay_ratios.append(live_seconds / replay_seconds)
+    print(f"model {MODEL}, {ROUNDS} rounds, medians:")
+    for kind in ("prompt", "generation"):
+        raw, ours = statistics.median(rates["raw"][kind]), statistics.median(rates["workbook"][kind])
+        print(
+            f"  {kind:<10} raw xllamacpp {raw:7.1f} tok/s | workbook LocalLlm {ours:7.1f} tok/s | ratio {ours / raw:.2f}"
+        )
+    print(f"  a live call took {statistics.median(replay_ratios):.0f}x as long as replaying it")
+
+
+if __name__ == "__main__":
+    main()
