@@ -940,7 +940,7 @@ KNOWN_METRICS = {
 }
 RUN_COLUMNS = [
     "run_id", "repeat", "case", "invocation", "metric", "judge", "sample", "sample_verdict", "sample_score",
-    "score", "status", "threshold", "rationale", "raw_reply", "user", "answer", "reference",
+    "score", "status", "threshold", "rubric_verdicts", "rationale", "raw_reply", "user", "answer", "reference",
     "agent_model", "prompt_version", "agent_prompt_tokens", "agent_output_tokens", "agent_thinking_tokens",
     "agent_latency_s", "judge_prompt_tokens", "judge_output_tokens", "judge_latency_s", "replayed",
 ]  # fmt: skip
@@ -1487,6 +1487,7 @@ def _parse_sample(kind: str, call: dict, threshold: float | None) -> dict:
         verdicts = DefaultAutoRaterResponseParser().parse(text)
         scores = [v.score for v in verdicts if v.score is not None]
         parsed["sample_score"] = sum(scores) / len(scores) if scores else None
+        parsed["rubric_verdicts"] = ",".join("yes" if v.score else "no" for v in verdicts)
         parsed["rationale"] = " | ".join(
             f"{'yes' if v.score else 'no'}: {v.property_text} — {v.rationale}" for v in verdicts
         )
@@ -1608,6 +1609,12 @@ def defect_pairs(table):
                 }
             )
     return pd.DataFrame(rows).set_index(["defect", "metric"])
+
+
+def uniform_rubric_replies(table) -> int:
+    """Return how many rubric judge replies gave every rubric the same verdict (all yes or all no)."""
+    verdicts = table["rubric_verdicts"].dropna().map(lambda text: set(text.split(",")))
+    return int((verdicts.map(len) == 1).sum())
 
 
 def judge_prompts(run_id: str) -> list[str]:
