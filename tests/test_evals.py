@@ -161,18 +161,16 @@ def _judge_reply(valid: bool) -> str:
     return json.dumps({"reasoning": "because", "is_the_agent_response_valid": "valid" if valid else "invalid"})
 
 
+def _scripted_eval_files(tmp_path, monkeypatch, samples: int):
+    """Evalset and config whose judge is the scripted model; run tables go under tmp_path."""
+    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
+    options = {"judge_model": "scripted/judge", "num_samples": samples}
+    return _files(tmp_path, criteria={"final_response_match_v2": {"threshold": 0.5, "judge_model_options": options}})
+
+
 def test_run_table_keeps_every_sample_and_statuses(recordings, tmp_path, monkeypatch):
     """Plumbing, with scripted models: two cases, three judge samples each, one reply unparseable."""
-    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
-    evalset, config = _files(
-        tmp_path,
-        criteria={
-            "final_response_match_v2": {
-                "threshold": 0.5,
-                "judge_model_options": {"judge_model": "scripted/judge", "num_samples": 3},
-            }
-        },
-    )
+    evalset, config = _scripted_eval_files(tmp_path, monkeypatch, samples=3)
     data = json.loads(evalset.read_text())
     data["eval_cases"].append(dict(data["eval_cases"][0], eval_id="second"))
     evalset.write_text(json.dumps(data))
@@ -202,16 +200,7 @@ def test_run_table_keeps_every_sample_and_statuses(recordings, tmp_path, monkeyp
 
 
 def test_unparseable_judge_reply_makes_the_case_not_evaluated(recordings, tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
-    evalset, config = _files(
-        tmp_path,
-        criteria={
-            "final_response_match_v2": {
-                "threshold": 0.5,
-                "judge_model_options": {"judge_model": "scripted/judge", "num_samples": 1},
-            }
-        },
-    )
+    evalset, config = _scripted_eval_files(tmp_path, monkeypatch, samples=1)
     scripted.SCRIPTS["scripted/agent"] = ["Nico leads the bishops."]
     scripted.SCRIPTS["scripted/judge"] = ["no json at all"]
     table = helpers.run_eval(
