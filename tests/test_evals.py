@@ -208,3 +208,22 @@ def test_unparseable_judge_reply_makes_the_case_not_evaluated(recordings, tmp_pa
     )
     assert list(table.status) == ["NOT_EVALUATED"]
     assert table.score.isna().all() and list(table.sample_verdict) == ["unparsed"]
+
+
+def test_adk_eval_cli_accepts_the_files_unchanged_and_replays_offline():
+    """`adk eval` on a two-case slice of the final evalset, in strict replay: no model runs."""
+    import os
+    import subprocess
+
+    agent_dir = helpers.REPO / "agents" / "lore_archivist"  # adk writes its history to .adk/ there (git-ignored)
+    command = [
+        str(helpers.REPO / ".venv" / "bin" / "adk"), "eval", str(agent_dir),
+        str(helpers.EVALSETS / "final.evalset.json") + ":breach_sequel,dema_depression",
+        "--config_file_path", str(helpers.CONFIGS / "final_reference.json"), "--print_detailed_results",
+    ]  # fmt: skip
+    env = {**os.environ, "WORKBOOK_RECORD_MODE": "replay"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output and "No recording" not in output
+    assert "Eval Run Summary" in output
+    assert output.count("final_response_match_v2:") == 2  # one verdict line per case
