@@ -1847,6 +1847,23 @@ def promote_to_evalset(answers, conversation_id: str, reference: str, evalset: s
     return path
 
 
+def plot_failure_kinds(by_kind):
+    """Return a bar chart of failed answers per failure kind and prompt version (a note if none)."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 3))
+    if by_kind.empty:
+        axis.text(0.5, 0.5, "no failed answers labelled yet", ha="center", va="center")
+        axis.set_axis_off()
+        return figure
+    by_kind.plot.barh(ax=axis, color=[VERSION_COLORS.get(v, "#555") for v in by_kind.columns])
+    axis.set_xlabel("failed answers")
+    axis.set_ylabel("")
+    axis.set_title("What kind of failure the battery found, per prompt version")
+    figure.tight_layout()
+    return figure
+
+
 class LabellingWidget:
     """Label battery answers one at a time in JupyterLab: pass/fail, a failure kind, a note.
 
@@ -2113,6 +2130,8 @@ def versus_truth(verdicts, truth):
 
     common = verdicts.index.intersection(truth.index)
     expected = truth.loc[common].astype(int)
+    if common.empty:  # no labels yet (a fresh workshop): nothing to compare
+        return pd.DataFrame({"judge": verdicts.columns, "cases": 0}).set_index("judge")
     rows = []
     for judge in verdicts.columns:
         said = verdicts.loc[common, judge].astype(int)
@@ -2236,6 +2255,9 @@ def plot_confusion(verdicts, truth):
 
     common = verdicts.index.intersection(truth.index)
     figure, axes = plt.subplots(1, len(verdicts.columns), figsize=(3.2 * len(verdicts.columns), 3.2), squeeze=False)
+    if common.empty:
+        figure.suptitle("no human labels yet: label the battery in notebook 03")
+        return figure
     for axis, judge in zip(axes[0], verdicts.columns, strict=True):
         ConfusionMatrixDisplay.from_predictions(
             truth.loc[common].astype(int),
