@@ -1361,7 +1361,7 @@ async def _judge_one(service, inference, metric, repeat: int, run_id: str) -> li
     call_tags.set(tags)
     first_call = len(CALL_LOG)
     request = EvaluateRequest(
-        inference_results=[inference],
+        inference_results=[inference.model_copy(deep=True)],  # ADK adds case rubrics to it in place
         evaluate_config=EvaluateConfig(eval_metrics=[metric], parallelism=1),
     )
     case_results = [result async for result in service.evaluate(request)]

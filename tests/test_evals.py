@@ -227,3 +227,32 @@ def test_adk_eval_cli_accepts_the_files_unchanged_and_replays_offline():
     assert "Traceback" not in output and "No recording" not in output
     assert "Eval Run Summary" in output
     assert output.count("final_response_match_v2:") == 2  # one verdict line per case
+
+
+def test_two_metrics_on_a_case_with_its_own_rubric(recordings, tmp_path, monkeypatch):
+    """Metrics are judged one after another on copies: ADK adds case rubrics to what it is given."""
+    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
+    rubric = dict(RUBRIC, judge_model_options={"judge_model": "scripted/judge", "num_samples": 1})
+    reference = {"threshold": 0.5, "judge_model_options": {"judge_model": "scripted/judge", "num_samples": 1}}
+    case_rubric = [
+        {"rubric_id": "short", "rubric_content": {"text_property": "Is short."}, "type": "FINAL_RESPONSE_QUALITY"}
+    ]
+    evalset, config = _files(
+        tmp_path,
+        criteria={"rubric_based_final_response_quality_v1": rubric, "final_response_match_v2": reference},
+        case_changes={"invocation": {"rubrics": case_rubric}},
+    )
+    rubric_reply = "".join(
+        f"ID: {rid}\nProperty: {text}\nEvidence: e\nRationale: r\nVerdict: yes\n\n"
+        for rid, text in (("scope", "Stays on the story."), ("short", "Is short."))
+    )
+    scripted.SCRIPTS["scripted/agent"] = ["Nico leads the bishops."]
+    scripted.SCRIPTS["scripted/judge"] = [rubric_reply, _judge_reply(True)]
+    table = helpers.run_eval(
+        helpers.build_archivist("v1", model="scripted/agent"), evalset, config, run_id="t3", show_findings=False
+    )
+    assert dict(zip(table.metric, table.status, strict=True)) == {
+        "rubric_based_final_response_quality_v1": "PASSED",
+        "final_response_match_v2": "PASSED",
+    }
+    assert table.set_index("metric").loc["rubric_based_final_response_quality_v1", "rubric_verdicts"] == "yes,yes"
