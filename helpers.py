@@ -1,8 +1,12 @@
 """The one module the notebooks import.
 
 Sections follow the notebooks:
-  1. Settings and models   (every model call: local llama.cpp, Gemini, record/replay)
-  2. The agent             (notebook 01)
+  1. Settings and models     every model call: local llama.cpp, Gemini, record/replay
+  2. The agent               notebook 01
+  3. Evals                   notebook 02: run_eval on ADK's LocalEvalService, the evalset linter
+  4. The battery             notebook 03: conversations, labels, the labelling widget, promotion
+  5. Judges and agreement    notebook 04: judge panels, flip rates, kappas, intervals, triage
+  6. Reports                 notebook 05 and `make report`: the papermill grid and the HTML report
 """
 
 from __future__ import annotations
