@@ -1770,10 +1770,15 @@ def read_labels(battery: str = "archivist", latest: bool = True):
 
 def with_labels(answers, battery: str = "archivist"):
     """Return battery answers joined with their latest human label (blank where none yet)."""
-    labels = read_labels(battery)[
-        ["conversation", "turn", "answer_digest", "verdict", "failure_kind", "note", "labeller"]
-    ]
-    merged = answers.merge(labels, on=["conversation", "turn", "answer_digest"], how="left")
+    key = [
+        "conversation",
+        "turn",
+        "prompt_version",
+        "model",
+        "answer_digest",
+    ]  # the same text can recur across versions
+    labels = read_labels(battery)[[*key, "verdict", "failure_kind", "note", "labeller"]]
+    merged = answers.merge(labels, on=key, how="left")
     return merged.fillna({"verdict": "", "failure_kind": "", "note": "", "labeller": ""})
 
 
