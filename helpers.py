@@ -2102,13 +2102,12 @@ def flip_rates(table):
 def pairwise_kappa(verdicts):
     """Return a judge x judge table of Cohen's kappa (scikit-learn) on case-level verdicts."""
     import pandas as pd
-    from sklearn.metrics import cohen_kappa_score
 
     judges = list(verdicts.columns)
     matrix = pd.DataFrame(index=judges, columns=judges, dtype=float)
     for first in judges:
         for second in judges:
-            matrix.loc[first, second] = _kappa(verdicts[first], verdicts[second], cohen_kappa_score)
+            matrix.loc[first, second] = _kappa(verdicts[first], verdicts[second])
     return matrix
 
 
@@ -2135,7 +2134,7 @@ def versus_truth(verdicts, truth):
     `truth` is a Series of 1 (pass) / 0 (fail) indexed by case: human labels, or another judge.
     """
     import pandas as pd
-    from sklearn.metrics import accuracy_score, cohen_kappa_score, precision_score, recall_score
+    from sklearn.metrics import accuracy_score, precision_score, recall_score
 
     common = verdicts.index.intersection(truth.index)
     expected = truth.loc[common].astype(int)
@@ -2151,7 +2150,7 @@ def versus_truth(verdicts, truth):
                 "accuracy": accuracy_score(expected, said),
                 "fail_precision": precision_score(expected, said, pos_label=0, zero_division=0),
                 "fail_recall": recall_score(expected, said, pos_label=0, zero_division=0),
-                "kappa": _kappa(expected, said, cohen_kappa_score),
+                "kappa": _kappa(expected, said),
             }
         )
     return pd.DataFrame(rows).set_index("judge").round(3)
@@ -2200,12 +2199,7 @@ def pass_rates(table):
 
 def kappa_ci(first, second) -> tuple[float, float, float]:
     """Return Cohen's kappa between two verdict Series with a paired 95% bootstrap interval."""
-    from sklearn.metrics import cohen_kappa_score
-
-    def statistic(a, b):
-        return _kappa(a, b, cohen_kappa_score)
-
-    return bootstrap_ci((first.to_numpy(), second.to_numpy()), statistic)
+    return bootstrap_ci((first.to_numpy(), second.to_numpy()), _kappa)
 
 
 def plot_flip_rates(flips):
@@ -2284,22 +2278,26 @@ def plot_confusion(verdicts, truth):
     return figure
 
 
-def _kappa(first, second, kappa_function) -> float:
+def _kappa(first, second) -> float:
+    """Cohen's kappa (scikit-learn), taken as 1 when both raters gave one identical label throughout."""
     import numpy as np
+    from sklearn.metrics import cohen_kappa_score
 
     first, second = np.asarray(first), np.asarray(second)
     if len(set(first) | set(second)) == 1:
         return 1.0  # both raters gave one identical label throughout: perfect, if uninformative, agreement
-    value = kappa_function(first, second)
-    return float(value)
+    return float(cohen_kappa_score(first, second))
 
 
 def triage_table(panel, answers, designated_judge: str):
     """Return the answers worth a second look: the designated judge disagrees with the human
     label, or the LLM judges split. Each row shows the answer, reference, label and every verdict."""
+    import pandas as pd
+
     verdicts = case_verdicts(panel, repeat=0)
     llm = [judge for judge in verdicts.columns if judge != "rouge"]
-    human = answers.set_index("case")["verdict"]
+    by_case = answers.set_index("case")
+    human = by_case["verdict"]
     rationale = (
         panel[(panel["judge"] == designated_judge) & (panel["repeat"] == 0) & (panel["sample"] == 0)]
         .set_index("case")["rationale"]
@@ -2312,7 +2310,7 @@ def triage_table(panel, answers, designated_judge: str):
         split = verdicts.loc[case, llm].nunique() > 1
         if not split and (not label or label == designated):
             continue
-        answer = answers.set_index("case").loc[case]
+        answer = by_case.loc[case]
         rows.append(
             {
                 "case": case,
@@ -2323,8 +2321,6 @@ def triage_table(panel, answers, designated_judge: str):
                 "designated judge's rationale": rationale.get(case, ""),
             }
         )
-    import pandas as pd
-
     return pd.DataFrame(rows)
 
 

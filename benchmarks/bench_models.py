@@ -53,7 +53,7 @@ def raw_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int]:
     return time.perf_counter() - started, reply["usage"]["prompt_tokens"], reply["usage"]["completion_tokens"]
 
 
-def workbook_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int]:
+def workbook_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int, helpers.LlmRequest]:
     request = helpers.LlmRequest(
         model=MODEL,
         contents=[types.Content(role="user", parts=[types.Part(text=user)])],
