@@ -1,0 +1,237 @@
+"""Record/replay of model calls: the request key, the JSONL cassette store, and the call log of a run."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from filelock import FileLock
+from google.adk.models.llm_request import LlmRequest
+from google.genai import types
+
+from workbook.settings import RecordMode, ReplayMissError, settings
+from workbook.util import append_line, now, text_of
+
+log = logging.getLogger(__name__)
+
+
+def normalize_request(model: str, llm_request: LlmRequest) -> dict:
+    """Return the parts of an ADK request that decide the answer, as plain JSON-able data.
+
+    This is what a recording is keyed by: model, system instruction, contents and the
+    generation settings. Seeds are left out on purpose: repeated identical requests are
+    told apart by their order of occurrence, and each gets its own seed.
+    """
+    config = llm_request.config or types.GenerateContentConfig()
+    schema = config.response_json_schema or (
+        config.response_schema.model_dump(mode="json", exclude_none=True)
+        if isinstance(config.response_schema, types.Schema)
+        else config.response_schema
+    )
+    generation = {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k,
+        "max_output_tokens": config.max_output_tokens,
+        "stop_sequences": config.stop_sequences,
+        "response_mime_type": config.response_mime_type,
+        "response_schema": schema,
+        "thinking_budget": config.thinking_config.thinking_budget if config.thinking_config else None,
+    }
+    return {
+        "model": model,
+        "system": text_of(config.system_instruction),
+        "contents": [{"role": content.role or "user", "text": text_of(content)} for content in llm_request.contents],
+        "config": {key: value for key, value in generation.items() if value is not None},
+    }
+
+
+def request_digest(request: dict) -> str:
+    """Return the recording key of a normalized request."""
+    canonical = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:24]
+
+
+class CallLog:
+    """The model calls made while this log was open, recorded or live, in order, with their tags.
+
+    Judges' raw replies are recovered from here because ADK keeps only the winning sample's rationale.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __getitem__(self, index):
+        return self.calls[index]
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.calls)
+
+
+_open_logs: contextvars.ContextVar[tuple[CallLog, ...]] = contextvars.ContextVar("open_call_logs", default=())
+_call_tags: contextvars.ContextVar[dict | None] = contextvars.ContextVar("call_tags", default=None)
+
+
+@contextmanager
+def call_log() -> Iterator[CallLog]:
+    """Yield a CallLog that collects every model call made inside the `with` block.
+
+    Logs nest: a call is added to every log open around it. Tasks and run_sync workers started
+    inside the block see it too. Outside any log, calls are recorded in cassettes only.
+    """
+    opened = CallLog()
+    token = _open_logs.set((*_open_logs.get(), opened))
+    try:
+        yield opened
+    finally:
+        _open_logs.reset(token)
+
+
+def tag_calls(**tags) -> None:
+    """Tag the model calls the current task makes from now on (phase, case, repeat) in the call log."""
+    _call_tags.set(tags)
+
+
+class CassetteStore:
+    """Record/replay of model calls in JSONL cassettes, one file per model.
+
+    Modes: `auto` replays a recorded call and records a missing one, `replay` fails on a
+    miss, `live` always calls and appends. The n-th identical request of a process replays
+    the n-th recording of that request, so judge samples and repeats keep their variance.
+    """
+
+    def __init__(self, directory: Path, mode: RecordMode):
+        self.directory = Path(directory)
+        self.mode = mode
+        self._seen: dict[str, int] = defaultdict(int)
+        self._index: dict[Path, tuple[int, dict[tuple[str, int], dict]]] = {}
+        self._lock = threading.Lock()
+
+    async def call(self, request: dict, live_call: Callable[[int], Awaitable[dict]]) -> dict:
+        """Return the reply to `request`: replayed if recorded (per mode), else live and appended."""
+        digest = request_digest(request)
+        with self._lock:
+            occurrence = self._seen[digest]
+            self._seen[digest] += 1
+        cassette = self.cassette_path(request["model"])
+        recorded = None if self.mode == "live" else self._entries(cassette).get((digest, occurrence))
+        if recorded is not None:
+            reply = {**recorded["reply"], "replayed": True}
+        elif self.mode == "replay":
+            raise ReplayMissError(_miss_message(request, digest, occurrence, cassette))
+        else:
+            seed = _seed_for(digest, occurrence)
+            reply = {**await live_call(seed), "seed": seed, "replayed": False}
+            self._append(cassette, request, digest, occurrence, reply)
+        reply = {**reply, "digest": digest, "occurrence": occurrence}
+        entry = {**(_call_tags.get() or {}), "model": request["model"], "request": request, **reply}
+        for opened in _open_logs.get():
+            opened.calls.append(entry)
+        return reply
+
+    def cassette_path(self, model: str) -> Path:
+        """Return the JSONL file that holds a model's recordings."""
+        return self.directory / (re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") + ".jsonl")
+
+    def reset_occurrences(self) -> None:
+        """Count repeated requests from zero again, as a fresh process would."""
+        with self._lock:
+            self._seen.clear()
+
+    def _entries(self, cassette: Path) -> dict[tuple[str, int], dict]:
+        size = cassette.stat().st_size if cassette.exists() else 0
+        cached = self._index.get(cassette)
+        if cached is None or cached[0] != size:
+            cached = (size, _read_cassette(cassette))
+            self._index[cassette] = cached
+        return cached[1]
+
+    def _append(self, cassette: Path, request: dict, digest: str, occurrence: int, reply: dict) -> None:
+        entry = {
+            "digest": digest,
+            "occurrence": occurrence,
+            "model": request["model"],
+            "recorded_at": now(),
+            "prompt_head": _prompt_head(request),
+            "reply": {key: value for key, value in reply.items() if key != "replayed"},
+        }
+        line = _redact_secrets(json.dumps(entry, ensure_ascii=False)) + "\n"
+        cassette.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(cassette) + ".lock"):
+            if (digest, occurrence) in self._entries(cassette) and self.mode != "live":
+                return  # another process recorded it first
+            append_line(cassette, line)
+
+
+_STORES: dict[tuple[str, str], CassetteStore] = {}
+
+
+def cassettes() -> CassetteStore:
+    """Return the process-wide cassette store for the current mode and directory."""
+    current = settings()
+    key = (str(current.workbook_recordings), current.workbook_record_mode)
+    if key not in _STORES:
+        _STORES[key] = CassetteStore(current.workbook_recordings, current.workbook_record_mode)
+    return _STORES[key]
+
+
+def reset_occurrences() -> None:
+    """Start counting repeated requests from zero again in every store (as a fresh process would)."""
+    for store in _STORES.values():
+        store.reset_occurrences()
+
+
+def _seed_for(digest: str, occurrence: int) -> int:
+    return int(hashlib.sha256(f"{digest}:{occurrence}".encode()).hexdigest()[:8], 16)
+
+
+def _read_cassette(cassette: Path) -> dict[tuple[str, int], dict]:
+    entries = {}
+    if not cassette.exists():
+        return entries
+    for number, line in enumerate(cassette.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("%s line %d is not valid JSON (an interrupted write?); skipped", cassette, number)
+            continue
+        entries[(entry["digest"], entry["occurrence"])] = entry
+    return entries
+
+
+def _prompt_head(request: dict, lines: int = 3) -> str:
+    text = request["contents"][-1]["text"] if request["contents"] else request["system"]
+    return "\n".join(text.strip().splitlines()[:lines])[:300]
+
+
+def _miss_message(request: dict, digest: str, occurrence: int, cassette: Path) -> str:
+    return (
+        f"No recording for model {request['model']}, request digest {digest} "
+        f"(occurrence {occurrence}) in {cassette}.\nPrompt begins:\n"
+        + "\n".join("    " + line for line in _prompt_head(request).splitlines())
+        + "\nA prompt, evalset or parameter changed since the recordings were made. Record the "
+        "missing calls with WORKBOOK_RECORD_MODE=auto (or `make report LIVE=1`), then commit data/recordings."
+    )
+
+
+def _redact_secrets(text: str) -> str:
+    current = settings()
+    secrets = [current.google_api_key.get_secret_value()] if current.google_api_key else []
+    secrets += [value for key, value in os.environ.items() if re.search(r"KEY|TOKEN|SECRET", key) and len(value) >= 8]
+    for secret in secrets:
+        text = text.replace(secret, "[REDACTED]")
+    return text

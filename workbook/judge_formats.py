@@ -1,0 +1,110 @@
+"""Everything the workbook knows about ADK's LLM-judge prompts and replies, in one place.
+
+ADK's judges (final_response_match_v2, the rubric metrics, hallucinations_v1) send fixed prompt
+wording and parse the replies with their own regexes. This module recognises those prompts,
+constrains a local model's reply to the exact layout ADK's parsers read, and parses a reply the
+way ADK does, so the run table can keep every sample (ADK keeps only the winning one).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+
+def last_prompt(request: dict) -> str:
+    """Return the text of a normalized request's last turn: where ADK puts a judge prompt."""
+    return request["contents"][-1]["text"] if request["contents"] else ""
+
+
+def judge_kind(request: dict) -> str:
+    """Return which ADK judge prompt a request is: 'reference', 'rubric', 'hallucination' or 'other'."""
+    prompt = last_prompt(request)
+    if '"is_the_agent_response_valid"' in prompt:
+        return "reference"
+    if "<properties>" in prompt and "Verdict:" in prompt:
+        return "rubric"
+    if "supporting_excerpt" in prompt or "<sentence>" in prompt:
+        return "hallucination"
+    return "other"
+
+
+# The one rubric prompt whose block layout the grammar below reproduces: final-response quality.
+# The tool-use and multi-turn rubric prompts word their blocks differently, so they stay free.
+_FINAL_RESPONSE_RUBRIC = "Verdict: [yes|no]"
+
+# The JSON that final_response_match_v2 asks for, in the exact layout its regex reads (a plain JSON
+# schema lets the model put whitespace before the colon, which ADK's parser then rejects).
+REFERENCE_JUDGE_GRAMMAR = r"""root ::= "{\n  \"reasoning\": \"" reasoning "\",\n  \"is_the_agent_response_valid\": \"" label "\"\n}"
+reasoning ::= ([^"\\\n] | "\\" ["\\/nt]){1,300}
+label ::= "valid" | "invalid"
+"""
+
+
+def judge_output_constraint(request: dict) -> dict:
+    """Return llama.cpp constraint fields (json_schema or grammar, max_tokens) for a request, or {}.
+
+    A request's own response schema wins. Otherwise ADK's LLM-judge prompts are answered in the
+    exact format ADK's parsers read; what goes into each field, the verdict included, is still the
+    model's own choice.
+    """
+    if "response_schema" in request["config"]:
+        return {"json_schema": request["config"]["response_schema"]}
+    kind = judge_kind(request)
+    if kind == "reference":
+        return {"grammar": REFERENCE_JUDGE_GRAMMAR, "max_tokens": 160}
+    prompt = last_prompt(request)
+    if kind == "rubric" and _FINAL_RESPONSE_RUBRIC in prompt:
+        properties = rubric_properties(prompt)
+        return {"grammar": rubric_grammar(properties), "max_tokens": 40 + 140 * len(properties)}
+    return {}
+
+
+def rubric_properties(prompt: str) -> list[tuple[str, str]]:
+    """Return the (rubric id, property text) pairs listed in a rubric judge prompt's <properties>."""
+    block = prompt.rsplit("<properties>", 1)[1].split("</properties>", 1)[0]
+    return re.findall(r"(?m)^\*\s+\[id: (.*?)\] (.*)$", block)
+
+
+def rubric_grammar(properties: list[tuple[str, str]]) -> str:
+    """Return a GBNF grammar for ADK's rubric verdict blocks, one per (id, property).
+
+    ID and Property are fixed to the prompt's own text, so ADK's parser always sees matching
+    counts; Evidence and Rationale are single bounded lines; the verdict is yes or no.
+    """
+    blocks = []
+    for index, (rubric_id, text) in enumerate(properties):
+        literal = json.dumps(f"ID: {rubric_id}\nProperty: {text}\n", ensure_ascii=False)
+        separator = ' "\\n"' if index < len(properties) - 1 else ""
+        fields = '"Evidence: " evidence "\\nRationale: " rationale "\\nVerdict: " verdict "\\n"'
+        blocks.append(f"b{index} ::= {literal} {fields}{separator}")
+    root = "root ::= " + " ".join(f"b{i}" for i in range(len(properties)))
+    bounded = ["evidence ::= [^\\n]{1,160}", "rationale ::= [^\\n]{1,200}", 'verdict ::= "yes" | "no"']
+    return "\n".join([root, *blocks, *bounded])
+
+
+def parse_judge_reply(kind: str, text: str) -> dict:
+    """Return what ADK's own parser reads in one judge reply: sample_score (None: unparsed), rationale,
+    and for rubric judges the per-rubric verdicts ('yes,no,...')."""
+    if kind == "reference":
+        from google.adk.evaluation.final_response_match_v2 import Label, _parse_critique
+
+        label = _parse_critique(text)
+        match = re.search(r'"reasoning"\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+        return {
+            "sample_score": {Label.VALID: 1.0, Label.INVALID: 0.0}.get(label),
+            "rationale": json.loads(f'"{match.group(1)}"') if match else "",
+        }
+    if kind == "rubric":
+        from google.adk.evaluation.rubric_based_evaluator import DefaultAutoRaterResponseParser
+
+        verdicts = DefaultAutoRaterResponseParser().parse(text)
+        scores = [v.score for v in verdicts if v.score is not None]
+        return {
+            "sample_score": sum(scores) / len(scores) if scores else None,
+            "rubric_verdicts": ",".join("yes" if v.score else "no" for v in verdicts),
+            "rationale": " | ".join(
+                f"{'yes' if v.score else 'no'}: {v.property_text} — {v.rationale}" for v in verdicts
+            ),
+        }
+    return {"sample_score": None, "rationale": ""}

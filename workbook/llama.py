@@ -1,0 +1,142 @@
+"""The llama.cpp engine behind `local/...` models: one loaded model per file, requests as chat bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from workbook.judge_formats import judge_output_constraint
+from workbook.settings import WorkbookError, settings
+from workbook.weights import local_model_path
+
+log = logging.getLogger(__name__)
+
+
+class LocalEngine:
+    """One loaded llama.cpp model shared by every caller in the process."""
+
+    def __init__(self, path: Path):
+        import xllamacpp
+
+        current = settings()
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = current.workbook_n_ctx
+        params.n_parallel = 1  # 2 cores: one sequence at a time is fastest; calls queue
+        params.cpuparams.n_threads = current.workbook_threads
+        params.cpuparams_batch.n_threads = current.workbook_threads
+        params.use_jinja = True  # the GGUF's own chat template renders system + turns
+        params.cache_prompt = True  # reuse the KV cache of a shared prompt prefix
+        params.flash_attn_type = xllamacpp.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.warmup = False
+        params.verbosity = -1
+        self.path = path
+        self.server = xllamacpp.Server(params)
+
+    def chat(self, body: dict) -> dict:
+        """Return llama.cpp's OpenAI-style chat completion for a request body."""
+        reply = self.server.handle_chat_completions(body)
+        if "error" in reply:
+            raise WorkbookError(f"llama.cpp refused the request for {self.path.name}: {reply['error']}")
+        return reply
+
+
+_ENGINES: dict[Path, LocalEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def local_engine(model: str) -> LocalEngine:
+    """Return the process-wide llama.cpp engine for a `local/...` model, loading it once."""
+    path = local_model_path(model)
+    with _ENGINES_LOCK:
+        if path not in _ENGINES:
+            _ENGINES[path] = LocalEngine(path)
+        return _ENGINES[path]
+
+
+def loaded_models() -> list[Path]:
+    """Return the GGUF files this process has loaded into llama.cpp so far."""
+    return list(_ENGINES)
+
+
+_DEFAULT_LOCAL_TEMPERATURE = 0.7  # used when a request sets none (ADK judges usually do not)
+_warned_thinking = False
+
+
+async def local_generate(request: dict, seed: int) -> dict:
+    """Return a local model's reply to a normalized request, as the cassettes store it."""
+    engine = await asyncio.to_thread(local_engine, request["model"])
+    body = _chat_body(request, seed)
+    started = time.perf_counter()
+    reply = await asyncio.to_thread(engine.chat, body)
+    latency = time.perf_counter() - started
+    choice = reply["choices"][0]
+    usage = reply.get("usage", {})
+    return {
+        "text": choice["message"].get("content") or "",
+        "finish_reason": "MAX_TOKENS" if choice.get("finish_reason") == "length" else "STOP",
+        "usage": {
+            "prompt_tokens": usage.get("prompt_tokens", 0),
+            "output_tokens": usage.get("completion_tokens", 0),
+            "thinking_tokens": 0,
+            "cached_prompt_tokens": reply.get("timings", {}).get("cache_n", 0),
+        },
+        "latency_s": round(latency, 3),
+        "constrained": next((key for key in ("grammar", "json_schema") if key in body), None),
+    }
+
+
+def _chat_body(request: dict, seed: int) -> dict:
+    global _warned_thinking
+    config = request["config"]
+    if "thinking_budget" in config and not _warned_thinking:
+        log.warning("local models have no thinking mode: thinking_config is ignored")
+        _warned_thinking = True
+    messages = [{"role": "system", "content": request["system"]}] if request["system"] else []
+    messages += [
+        {"role": "assistant" if turn["role"] == "model" else "user", "content": turn["text"]}
+        for turn in request["contents"]
+    ]
+    body: dict[str, Any] = {
+        "messages": messages,
+        "temperature": config.get("temperature", _DEFAULT_LOCAL_TEMPERATURE),
+        "seed": seed,
+        "max_tokens": 512,
+    }
+    body.update(judge_output_constraint(request))  # may raise max_tokens to fit every rubric block
+    for ours, theirs in (
+        ("max_output_tokens", "max_tokens"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("stop_sequences", "stop"),
+    ):
+        if ours in config:
+            body[theirs] = config[ours]
+    return body
+
+
+def render_chat_via_server(model: str, system: str, turns: list[str]) -> str:
+    """Return the exact text a local model reads, as its llama.cpp server renders system and turns.
+
+    This loads the model and makes an HTTP request to its in-process server's /apply-template
+    (loopback only). `turns` alternate user, model, user, ... as in a conversation.
+    """
+    request = {
+        "model": model,
+        "system": system,
+        "contents": [{"role": "user" if i % 2 == 0 else "model", "text": t} for i, t in enumerate(turns)],
+        "config": {},
+    }
+    engine = local_engine(model)
+    body = json.dumps({"messages": _chat_body(request, seed=0)["messages"]}).encode()
+    post = urllib.request.Request(
+        engine.server.listening_address + "/apply-template", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(post, timeout=30) as response:
+        return json.loads(response.read())["prompt"]

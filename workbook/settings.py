@@ -1,0 +1,93 @@
+"""Workbook settings (read once, refreshed explicitly) and the errors a user can hit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data"
+
+RecordMode = Literal["auto", "replay", "live"]
+
+
+class WorkbookError(Exception):
+    """An error a workbook user can fix; the message says how."""
+
+
+class MissingModelError(WorkbookError):
+    """A local model's weights are not installed or do not match their pinned hash."""
+
+
+class CredentialsError(WorkbookError):
+    """A Gemini model was asked for without credentials."""
+
+
+class ReplayMissError(WorkbookError):
+    """Strict replay found no recording for a request."""
+
+
+class EvalFileError(WorkbookError):
+    """An evalset or config file is malformed; the message names file, JSON path and problem."""
+
+
+class BatteryError(WorkbookError):
+    """A battery YAML file does not match the expected schema."""
+
+
+class Settings(BaseSettings):
+    """Workbook settings, read from the environment and an optional .env file."""
+
+    model_config = SettingsConfigDict(env_file=REPO / ".env", extra="ignore")
+
+    google_api_key: SecretStr | None = None
+    google_genai_use_vertexai: bool = False
+    google_cloud_project: str | None = None
+    google_cloud_location: str | None = None
+    gemini_base_url: str | None = None  # only to point google-genai at a local stub
+    default_model: str = "local/qwen-1.5b"
+    workbook_record_mode: RecordMode = "auto"
+    workbook_recordings: Path = DATA / "recordings"
+    workbook_model_cache: Path = Path.home() / ".cache" / "adk-eval-workbook"
+    workbook_gguf: Path | None = None  # the file behind `local/custom`
+    workbook_outputs: Path = REPO / "outputs"  # executed notebooks, run tables, report.html
+    workbook_threads: int = max(1, os.cpu_count() or 1)
+    workbook_n_ctx: int = 8192
+
+
+_current: Settings | None = None
+
+
+def settings() -> Settings:
+    """Return the settings, read from the environment and .env on first use (see `refresh_settings`)."""
+    return _current or refresh_settings()
+
+
+def refresh_settings() -> Settings:
+    """Return the settings read afresh from the environment and .env (call it after changing either)."""
+    global _current
+    _current = Settings()
+    return _current
+
+
+def use_record_mode(mode: str = "") -> str:
+    """Return the record mode now in force, after setting it for this process ('' keeps WORKBOOK_RECORD_MODE)."""
+    if mode:
+        if mode not in ("auto", "replay", "live"):
+            raise WorkbookError(f"record mode must be auto, replay or live, not {mode!r}")
+        os.environ["WORKBOOK_RECORD_MODE"] = mode
+    return refresh_settings().workbook_record_mode
+
+
+def outputs_dir() -> Path:
+    """Return the folder for everything a run writes (WORKBOOK_OUTPUTS, default outputs/)."""
+    return settings().workbook_outputs
+
+
+def runs_dir() -> Path:
+    """Return the folder holding one sub-folder per run: table.csv and meta.json."""
+    return outputs_dir() / "runs"

@@ -1,0 +1,128 @@
+"""Small utilities every chapter uses: text of ADK content, hashing, durable writes, run_sync, progress."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import os
+import threading
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from google.genai import types
+
+
+def text_of(content: Any) -> str:
+    """Return the visible text of ADK/genai content (thoughts left out), a list of them, or a string."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, types.Content):
+        return "".join(part.text or "" for part in content.parts or [] if not part.thought)
+    if isinstance(content, list):
+        return "\n".join(text_of(item) for item in content)
+    if isinstance(content, types.Part):
+        return content.text or ""
+    return str(content)
+
+
+def text_digest(text: str) -> str:
+    """Return a short sha256 of a text: how an answer is identified in labels."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def file_digest(path: Path) -> str:
+    """Return a short sha256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write a text file whole or not at all (a partial file is renamed into place)."""
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one newline-terminated line durably (hold the file's lock around it).
+
+    If a killed writer left a partial last line, the new line starts on a fresh one, so a crash
+    costs at most the line that was being written.
+    """
+    with open(path, "a+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() and not _ends_with_newline(handle):
+            handle.write(b"\n")
+        handle.write(line.encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _ends_with_newline(handle) -> bool:
+    handle.seek(-1, os.SEEK_END)
+    last = handle.read(1)
+    handle.seek(0, os.SEEK_END)
+    return last == b"\n"
+
+
+def now() -> str:
+    """Return the current UTC time in ISO format, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def timestamp() -> str:
+    """Return the current UTC time as a compact stamp for ids (20250101-120000)."""
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def run_sync(coroutine: Awaitable) -> Any:
+    """Return the result of a coroutine run to completion from plain code or from a notebook cell.
+
+    Jupyter already runs an event loop in the kernel's thread, so there the coroutine gets
+    a loop of its own in a worker thread, with the caller's context (an open call log, say).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    result: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def worker() -> None:
+        try:
+            result["value"] = context.run(asyncio.run, coroutine)
+        except BaseException as error:  # re-raised in the caller's thread
+            result["error"] = error
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def progress(total: int, desc: str):
+    """Return a tqdm progress bar counting cases (closes itself from the notebook when done)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="case", leave=False)
+
+
+def show(table, caption: str) -> None:
+    """Display a caption and a table in a notebook, or print them in plain Python."""
+    try:
+        from IPython.display import Markdown, display
+
+        display(Markdown(caption), table)
+    except ImportError:  # plain Python: print instead
+        print(caption, table.to_string(), sep="\n")
+
+
+def wrapped(table):
+    """Return a table styled to show long text wrapped, left- and top-aligned."""
+    return table.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
