@@ -1,0 +1,97 @@
+"""Running an eval (notebooks 02 and 04): inference, judging and tabulating, inside one call log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbook.cassettes import call_log
+from workbook.evalfiles import (
+    CONFIGS,
+    EVALSETS,
+    judge_options,
+    load_eval_config,
+    load_evalset,
+    source_record,
+    with_judge,
+)
+from workbook.inference import agent_inferences, eval_service, frozen_inference
+from workbook.judging import judge_inferences
+from workbook.lint import findings_table, lint_evalset
+from workbook.runs import provenance, run_table, write_run
+from workbook.util import now, run_sync, show, timestamp
+
+
+def run_eval(
+    agent,
+    evalset: str | Path,
+    config: str | Path | list,
+    repeats: int = 1,
+    prompt_version: str = "",
+    run_id: str | None = None,
+    parallelism: int = 1,
+    show_findings: bool = True,
+    case_ids: list[str] | None = None,
+    judge_model: str | None = None,
+):
+    """Return the tidy run table of an ADK eval: agent inference `repeats` times, every metric judged.
+
+    One row per (repeat, case, invocation, metric, judge, sample), with every judge sample's raw
+    reply and parsed verdict (ADK itself keeps only the winning sample). Writes the table and a
+    meta.json under outputs/runs/<run_id>/.
+    """
+    evalset_obj, config_obj = load_evalset(evalset), with_judge(config, judge_model)
+    findings = lint_evalset(evalset_obj, config_obj, agent_model=agent.model)
+    if show_findings and findings:
+        show(
+            findings_table(findings), f"The linter found {len(findings)} thing(s) to look at before trusting this eval:"
+        )
+    run_id = run_id or f"{evalset_obj.eval_set_id}-{prompt_version or 'agent'}-{timestamp()}"
+    started = now()
+    service = eval_service(agent, evalset_obj)
+
+    async def infer_and_judge(calls):
+        inferences = await agent_inferences(service, evalset_obj, repeats, parallelism, case_ids)
+        return await judge_inferences(service, inferences, config_obj, calls)
+
+    with call_log() as calls:
+        rows = run_sync(infer_and_judge(calls))
+    table = run_table(rows, run_id, agent.model, prompt_version)
+    evalset_name, evalset_sha = source_record(evalset, EVALSETS, ".evalset.json")
+    parts = [source_record(part, CONFIGS, ".json") for part in (config if isinstance(config, list) else [config])]
+    meta = {
+        "run_id": run_id,
+        "evalset": evalset_name,
+        "evalset_sha256": evalset_sha,
+        "config": [name for name, _ in parts] if isinstance(config, list) else parts[0][0],
+        "config_sha256": [digest for _, digest in parts],
+        "agent_model": agent.model,
+        "judge_models": sorted(
+            {str((judge_options(c) or {}).get("judge_model")) for c in (config_obj.criteria or {}).values()}
+        ),
+        "prompt_version": prompt_version,
+        "repeats": repeats,
+        **provenance(),
+        "lint_findings": len(findings),
+        "started": started,
+        "ended": now(),
+    }
+    write_run(table, meta)
+    return table
+
+
+def judge_answers(answers, evalset, config, repeats: int = 1, run_id: str = "", judge_label: str = ""):
+    """Return the run table for frozen answers (columns case, user, answer) re-judged by `config`.
+
+    Nothing is asked of the agent, so any variation between repeats is the judge's alone.
+    `evalset` and `config` take every form `run_eval` takes.
+    """
+    evalset_obj, config_obj = load_evalset(evalset), load_eval_config(config)
+    results = [frozen_inference(evalset_obj, row) for row in answers.itertuples()]
+    service = eval_service(None, evalset_obj)
+    inferences = [(repeat, result) for repeat in range(repeats) for result in results]
+    with call_log() as calls:
+        rows = run_sync(judge_inferences(service, inferences, config_obj, calls))
+    table = run_table(rows, run_id, answers["agent_model"].iloc[0] if "agent_model" in answers else "", "")
+    if judge_label:
+        table["judge"] = judge_label
+    return table

@@ -1,0 +1,137 @@
+"""Human labels (notebooks 03 and 04): one append-only CSV per battery, torn writes recognised."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import os
+from datetime import UTC, datetime
+from typing import Literal
+
+from filelock import FileLock
+
+from workbook.settings import DATA, WorkbookError
+from workbook.util import append_line
+
+log = logging.getLogger(__name__)
+
+LABELS = DATA / "labels"
+FAILURE_KINDS = {
+    "eval_overdemanding_rubric": "eval: rubric demands more than the question",
+    "eval_wrong_reference": "eval: wrong or unverifiable reference fact",
+    "eval_metric_misuse": "eval: metric used outside its design",
+    "eval_contradictory_rules": "eval: contradictory rules",
+    "agent_outdated_knowledge": "agent: outdated knowledge",
+    "agent_confidence_without_basis": "agent: confidence without basis",
+}
+LABEL_COLUMNS = [
+    "labelled_at", "labeller", "battery", "conversation", "turn", "prompt_version", "model",
+    "answer_digest", "verdict", "failure_kind", "note", "row_check",
+]  # fmt: skip
+# What identifies an answer across labels: the same text can recur across versions.
+ANSWER_KEY = ["conversation", "turn", "prompt_version", "model", "answer_digest"]
+
+
+def save_label(
+    answer_row,
+    verdict: Literal["pass", "fail"],
+    failure_kind: str = "",
+    note: str = "",
+    labeller: str = "",
+    battery: str = "archivist",
+) -> dict:
+    """Append one label for one answer to data/labels/<battery>.csv at once; return the row written.
+
+    Rows are only ever appended (relabelling keeps history; the latest label wins). Each row
+    carries a checksum, so a write torn by a crash is recognised and ignored on reading.
+    """
+    if verdict not in ("pass", "fail"):
+        raise WorkbookError(f"verdict must be 'pass' or 'fail', not {verdict!r}")
+    if failure_kind and failure_kind not in FAILURE_KINDS:
+        raise WorkbookError(f"failure_kind must be one of {', '.join(FAILURE_KINDS)} (or empty), not {failure_kind!r}")
+    row = {
+        "labelled_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "labeller": labeller or os.environ.get("USER", "someone"),
+        "battery": battery,
+        "conversation": answer_row["conversation"],
+        "turn": int(answer_row["turn"]),
+        "prompt_version": answer_row.get("prompt_version", ""),
+        "model": answer_row["model"],
+        "answer_digest": answer_row["answer_digest"],
+        "verdict": verdict,
+        "failure_kind": failure_kind if verdict == "fail" else "",
+        "note": note,
+    }
+    row["row_check"] = _row_check(row)
+    _append_csv_row(LABELS / f"{battery}.csv", row)
+    return row
+
+
+def read_labels(battery: str = "archivist", latest: bool = True):
+    """Return the labels of a battery; with latest=True, only the newest label per answer."""
+    import pandas as pd
+
+    path = LABELS / f"{battery}.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=LABEL_COLUMNS)
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()[1:], start=2):
+        row = _parse_label_line(line)
+        if row is None:
+            log.warning("%s line %d is incomplete (a torn write?); ignored", path, number)
+            continue
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=LABEL_COLUMNS)
+    table["turn"] = table["turn"].astype(int)
+    if latest:
+        table = table.drop_duplicates(ANSWER_KEY, keep="last")
+    return table.reset_index(drop=True)
+
+
+def with_labels(answers, battery: str = "archivist"):
+    """Return battery answers joined with their latest human label (blank where none yet)."""
+    labels = read_labels(battery)[[*ANSWER_KEY, "verdict", "failure_kind", "note", "labeller"]]
+    merged = answers.merge(labels, on=ANSWER_KEY, how="left")
+    return merged.fillna({"verdict": "", "failure_kind": "", "note": "", "labeller": ""})
+
+
+def scoreboard(triage_labels, battery_labels):
+    """Return the write-up's scoreboard: how many failures of each of the six kinds this run found."""
+    import pandas as pd
+
+    kinds = pd.concat(
+        [triage_labels["failure_kind"], battery_labels.loc[battery_labels["verdict"] == "fail", "failure_kind"]]
+    )
+    counts = kinds[kinds != ""].value_counts()
+    return pd.DataFrame(
+        {"kind": list(FAILURE_KINDS.values()), "found": [int(counts.get(key, 0)) for key in FAILURE_KINDS]}
+    ).set_index("kind")
+
+
+def _row_check(row: dict) -> str:
+    payload = json.dumps([str(row[column]) for column in LABEL_COLUMNS[:-1]], ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+
+def _parse_label_line(line: str) -> dict | None:
+    try:
+        values = next(csv.reader([line]))
+    except (csv.Error, StopIteration):
+        return None
+    if len(values) != len(LABEL_COLUMNS):
+        return None
+    row = dict(zip(LABEL_COLUMNS, values, strict=True))
+    return row if row["row_check"] == _row_check(row) else None
+
+
+def _append_csv_row(path, row: dict) -> None:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([row[column] for column in LABEL_COLUMNS])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.exists() or path.stat().st_size == 0:
+            append_line(path, ",".join(LABEL_COLUMNS) + "\n")
+        append_line(path, buffer.getvalue())

@@ -1,0 +1,254 @@
+"""The evalset linter (notebook 02): a list of rules, each one trap an evalset + config pair can fall into.
+
+To add a rule, write a function returning a list of Findings and append it to the list it belongs
+to: METRIC_RULES (one config criterion), RUBRIC_RULES (one rubric text, from the config or a case)
+or CASE_RULES (one eval case). Rules run in list order, so findings keep a stable order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from workbook.evalfiles import KNOWN_METRICS, criterion_fields, load_eval_config, load_evalset
+
+
+@dataclass
+class Finding:
+    """One problem the evalset linter found."""
+
+    severity: Literal["error", "warning", "info"]
+    where: str
+    what: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One config criterion as the metric rules see it."""
+
+    name: str
+    fields: dict  # the criterion as a dict (see evalfiles.criterion_fields)
+    where: str
+    agent_model: str | None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the case rules need to know about the config."""
+
+    has_rubric_metric: bool
+    config_rubric_ids: set[str]
+    in_order_trajectory: bool
+
+
+def lint_evalset(evalset, config, agent_model: str | None = None) -> list[Finding]:
+    """Return the traps an evalset + config pair falls into, before any model is called.
+
+    Takes every form `run_eval` takes (names, paths, ADK objects, a list of config names).
+    Checks ADK's silent behaviours (untyped per-case rubrics are dropped, ties fail) and the
+    method's lessons (self-judging, rubrics that need lore a tool-less agent cannot evidence).
+    The knowledge-rubric check is a keyword heuristic: it can miss cases and flag harmless ones.
+    """
+    evalset, config = load_evalset(evalset), load_eval_config(config)
+    findings: list[Finding] = []
+    for name, criterion in (config.criteria or {}).items():
+        metric = Metric(name, criterion_fields(criterion), f"config criteria.{name}", agent_model)
+        findings += [finding for rule in METRIC_RULES for finding in rule(metric)]
+    context = _context(config)
+    for case in evalset.eval_cases:
+        findings += [finding for rule in CASE_RULES for finding in rule(case, context)]
+    return findings
+
+
+def findings_table(findings: list[Finding]):
+    """Return linter findings as a table, errors first."""
+    import pandas as pd
+
+    order = {"error": 0, "warning": 1, "info": 2}
+    rows = sorted((vars(f) for f in findings), key=lambda row: order[row["severity"]])
+    return pd.DataFrame(rows, columns=["severity", "where", "what", "fix"])
+
+
+# ---- metric rules: one config criterion ------------------------------------------------------
+
+
+def unknown_metric(metric: Metric) -> list[Finding]:
+    """Return an error for a metric name ADK does not have."""
+    if metric.name in KNOWN_METRICS:
+        return []
+    return [
+        Finding(
+            "error", metric.where, f"ADK has no metric named {metric.name!r}", "use one of: " + ", ".join(KNOWN_METRICS)
+        )
+    ]
+
+
+def threshold_outside_range(metric: Metric) -> list[Finding]:
+    """Return an error for a threshold outside [0, 1]."""
+    threshold = metric.fields.get("threshold")
+    if metric.name not in KNOWN_METRICS or threshold is None or 0 <= float(threshold) <= 1:
+        return []
+    message = f"threshold {threshold} is outside [0, 1]"
+    return [Finding("error", metric.where, message, "scores are in [0, 1]: pick a threshold inside it")]
+
+
+def even_judge_samples(metric: Metric) -> list[Finding]:
+    """Return a warning when the reference judge samples an even number of times (a tie fails)."""
+    options = metric.fields.get("judge_model_options")
+    samples = (options or {}).get("num_samples", 5)
+    if metric.name != "final_response_match_v2" or options is None or samples % 2:
+        return []
+    message = f"num_samples={samples} is even: a tie counts as invalid"
+    return [Finding("warning", metric.where, message, "use an odd number of samples")]
+
+
+def self_judge(metric: Metric) -> list[Finding]:
+    """Return a warning when the judge is the agent's own model."""
+    judge = (metric.fields.get("judge_model_options") or {}).get("judge_model")
+    if metric.name not in KNOWN_METRICS or not metric.agent_model or judge != metric.agent_model:
+        return []
+    return [
+        Finding(
+            "warning",
+            metric.where,
+            f"the judge {judge} is the agent's own model (self-preference)",
+            "judge with a different model, or measure self-preference (notebook 04)",
+        )
+    ]
+
+
+def config_rubric_texts(metric: Metric) -> list[Finding]:
+    """Return the rubric-text findings of every rubric a judged rubric metric lists in the config."""
+    if KNOWN_METRICS.get(metric.name) != "rubric" or metric.fields.get("judge_model_options") is None:
+        return []
+    rubrics = metric.fields.get("rubrics") or []
+    return [f for r in rubrics for f in _rubric_text_findings(r, f"{metric.where}.rubrics[{r.get('rubric_id')}]")]
+
+
+METRIC_RULES: list[Callable[[Metric], list[Finding]]] = [
+    unknown_metric,
+    threshold_outside_range,
+    even_judge_samples,
+    self_judge,
+    config_rubric_texts,
+]
+
+# ---- rubric rules: one rubric text -----------------------------------------------------------
+
+# Words that make a rubric a knowledge check in disguise (a "theory vs canon" rubric needs lore too).
+# Rubrics that point at the instructions are exempt: the judge sees the developer instructions.
+_KNOWLEDGE_WORDS = re.compile(
+    r"\b(correct(ly)?|accurate(ly)?|true|identif(y|ies)|full name|theor(y|ies)|canon|(19|20)\d\d)\b", re.I
+)
+
+
+def multi_paragraph_rubric(text: str, where: str) -> list[Finding]:
+    """Return a warning for a rubric text of several paragraphs."""
+    if "\n\n" not in text.strip():
+        return []
+    return [Finding("warning", where, "multi-paragraph rubric text", "one short yes/no property per rubric")]
+
+
+def knowledge_rubric(text: str, where: str) -> list[Finding]:
+    """Return a warning for a rubric that checks lore knowledge (a keyword heuristic)."""
+    if not _KNOWLEDGE_WORDS.search(text) or "instruction" in text.lower():
+        return []
+    return [
+        Finding(
+            "warning",
+            where,
+            "rubric seems to check lore knowledge; a tool-less agent gives the judge no evidence for it (keyword heuristic)",
+            "move the fact into a reference answer and judge it with final_response_match_v2",
+        )
+    ]
+
+
+RUBRIC_RULES: list[Callable[[str, str], list[Finding]]] = [multi_paragraph_rubric, knowledge_rubric]
+
+
+def _rubric_text_findings(rubric: dict, where: str) -> list[Finding]:
+    text = (rubric.get("rubric_content") or {}).get("text_property") or ""
+    return [finding for rule in RUBRIC_RULES for finding in rule(text, where)]
+
+
+# ---- case rules: one eval case ---------------------------------------------------------------
+
+
+def case_rubrics(case, context: Context) -> list[Finding]:
+    """Return, per rubric on the case or one of its turns: untyped (ADK drops it), an id clash with
+    a config rubric, and the rubric-text findings."""
+    findings = []
+    for place, rubrics in _rubric_places(case):
+        for rubric in rubrics:
+            where = f"{place} rubric {rubric.rubric_id}"
+            if context.has_rubric_metric and rubric.type != "FINAL_RESPONSE_QUALITY":
+                message = "per-case rubric has no type FINAL_RESPONSE_QUALITY: ADK drops it silently"
+                findings.append(Finding("error", where, message, 'add "type": "FINAL_RESPONSE_QUALITY"'))
+            if rubric.rubric_id in context.config_rubric_ids:
+                message = "rubric id also used by a config rubric"
+                findings.append(Finding("error", where, message, "give it a unique rubric_id"))
+            findings += _rubric_text_findings(rubric.model_dump(), where)
+    return findings
+
+
+def per_turn_rubrics_in_multi_turn(case, context: Context) -> list[Finding]:
+    """Return a warning for a multi-turn case with per-turn rubrics (ADK loses earlier turns)."""
+    turns = case.conversation or []
+    if len(turns) <= 1 or not any(invocation.rubrics for invocation in turns):
+        return []
+    return [
+        Finding(
+            "warning",
+            f"case {case.eval_id}",
+            "multi-turn case with per-turn rubrics: ADK 2.13 loses earlier turns",
+            "put rubrics on the case, or split the conversation",
+        )
+    ]
+
+
+def empty_trajectory_in_order(case, context: Context) -> list[Finding]:
+    """Return a warning per turn with no expected tool use under an IN_ORDER trajectory metric."""
+    if not context.in_order_trajectory:
+        return []
+    return [
+        Finding(
+            "warning",
+            f"case {case.eval_id} turn {turn}",
+            "empty expected trajectory under IN_ORDER passes any trajectory",
+            "put 'call no tool' cases in their own evalset with match_type EXACT",
+        )
+        for turn, invocation in enumerate(case.conversation or [], start=1)
+        if not (invocation.intermediate_data and getattr(invocation.intermediate_data, "tool_uses", None))
+    ]
+
+
+CASE_RULES: list[Callable[..., list[Finding]]] = [
+    case_rubrics,
+    per_turn_rubrics_in_multi_turn,
+    empty_trajectory_in_order,
+]
+
+
+def _rubric_places(case) -> list[tuple[str, list]]:
+    where = f"case {case.eval_id}"
+    per_turn = [(f"{where} turn {i + 1}", inv.rubrics or []) for i, inv in enumerate(case.conversation or [])]
+    return [(where, case.rubrics or []), *per_turn]
+
+
+def _context(config) -> Context:
+    criteria = config.criteria or {}
+    trajectory = criteria.get("tool_trajectory_avg_score")
+    match_type = criterion_fields(trajectory).get("match_type", "EXACT") if trajectory is not None else "EXACT"
+    return Context(
+        has_rubric_metric=any(KNOWN_METRICS.get(name) == "rubric" for name in criteria),
+        config_rubric_ids={
+            rubric.get("rubric_id")
+            for name, criterion in criteria.items()
+            if KNOWN_METRICS.get(name) == "rubric"
+            for rubric in criterion_fields(criterion).get("rubrics") or []
+        },
+        in_order_trajectory=str(match_type).upper() == "IN_ORDER",
+    )

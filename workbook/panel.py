@@ -1,0 +1,133 @@
+"""The judge panel and triage (notebook 04): frozen answers re-judged by several judges, disagreements
+picked out for a person to decide."""
+
+from __future__ import annotations
+
+from google.genai import types
+
+from workbook.agreement import case_verdicts
+from workbook.evals import judge_answers
+from workbook.runs import provenance, write_run
+from workbook.util import now, text_digest
+
+
+def answers_evalset(answers, eval_set_id: str = "frozen_answers"):
+    """Return an in-memory ADK EvalSet whose cases are the given answers' questions and references.
+
+    `answers` needs columns case, user and reference (for the battery, the expectation).
+    """
+    from google.adk.evaluation.eval_case import EvalCase, Invocation
+    from google.adk.evaluation.eval_set import EvalSet
+
+    cases = [
+        EvalCase(
+            eval_id=row.case,
+            conversation=[
+                Invocation(
+                    user_content=types.Content(role="user", parts=[types.Part(text=row.user)]),
+                    final_response=types.Content(role="model", parts=[types.Part(text=row.reference)]),
+                )
+            ],
+        )
+        for row in answers.itertuples()
+    ]
+    return EvalSet(eval_set_id=eval_set_id, eval_cases=cases)
+
+
+def judge_panel(
+    answers, judges: list[str], samples: int = 3, repeats: int = 2, run_id: str = "panel", threshold: float = 0.5
+):
+    """Return the tidy run table of frozen answers re-judged by every judge, `samples` x `repeats` times.
+
+    Judges are model names, judged with final_response_match_v2 (sampled at the model's default
+    temperature, seeds recorded), or "rouge" for ADK's non-LLM response_match_score baseline.
+    """
+    import pandas as pd
+    from google.adk.evaluation.eval_config import EvalConfig
+
+    evalset = answers_evalset(answers)
+    started, tables = now(), []
+    for judge in judges:
+        if judge == "rouge":
+            criteria = {"response_match_score": threshold}
+        else:
+            options = {"judge_model": judge, "num_samples": samples}
+            criteria = {"final_response_match_v2": {"threshold": threshold, "judge_model_options": options}}
+        table = judge_answers(
+            answers, evalset, EvalConfig(criteria=criteria), repeats=repeats, run_id=run_id, judge_label=judge
+        )
+        tables.append(table)
+    panel = pd.concat(tables, ignore_index=True)
+    meta = {
+        "run_id": run_id,
+        "kind": "judge_panel",
+        "judge_models": judges,
+        "agent_model": panel["agent_model"].iloc[0],
+        "answers": len(answers),
+        "samples": samples,
+        "repeats": repeats,
+        **provenance(),
+        "started": started,
+        "ended": now(),
+    }
+    write_run(panel, meta)
+    return panel
+
+
+_TRIAGE_FIXED = ("case", "answer", "reference", "human", "designated judge's rationale")
+
+
+def triage_table(panel, answers, designated_judge: str):
+    """Return the answers worth a second look: the designated judge disagrees with the human
+    label, or the LLM judges split. Each row shows the answer, reference, label and every verdict."""
+    import pandas as pd
+
+    verdicts = case_verdicts(panel, repeat=0)
+    llm = [judge for judge in verdicts.columns if judge != "rouge"]
+    by_case = answers.set_index("case")
+    human = by_case["verdict"]
+    rationale = (
+        panel[(panel["judge"] == designated_judge) & (panel["repeat"] == 0) & (panel["sample"] == 0)]
+        .set_index("case")["rationale"]
+        .to_dict()
+    )
+    rows = []
+    for case in verdicts.index:
+        label = human.get(case, "")
+        designated = "pass" if verdicts.loc[case, designated_judge] else "fail"
+        split = verdicts.loc[case, llm].nunique() > 1
+        if not split and (not label or label == designated):
+            continue
+        answer = by_case.loc[case]
+        rows.append(
+            {
+                "case": case,
+                "answer": answer["answer"],
+                "reference": answer["reference"],
+                "human": label or "(unlabelled)",
+                **{j.removeprefix("local/"): "pass" if verdicts.loc[case, j] else "fail" for j in verdicts.columns},
+                "designated judge's rationale": rationale.get(case, ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def triage_items(triage, prompt_version: str):
+    """Return triage rows in the shape LabellingWidget expects (one item per disagreement)."""
+    verdict_columns = [c for c in triage.columns if c not in _TRIAGE_FIXED]
+    return triage.assign(
+        conversation=triage["case"],
+        turn=1,
+        group="triage",
+        user=triage["case"],
+        expect=triage.apply(
+            lambda row: (
+                f"reference: {row['reference']} | human: {row['human']} | "
+                + ", ".join(f"{c}: {row[c]}" for c in verdict_columns)
+            ),
+            axis=1,
+        ),
+        model="panel",
+        prompt_version=prompt_version,
+        answer_digest=triage["answer"].map(text_digest),
+    )
