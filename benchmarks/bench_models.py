@@ -15,16 +15,16 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.registry import LLMRegistry
+from google.genai import types
+
+import helpers
+from workbook.llama import local_engine
+
 os.environ["WORKBOOK_RECORDINGS"] = tempfile.mkdtemp(prefix="bench-recordings-")
-os.environ["WORKBOOK_RECORD_MODE"] = "auto"
-
-from google.adk.models.registry import LLMRegistry  # noqa: E402
-from google.genai import types  # noqa: E402
-
-import helpers  # noqa: E402
+helpers.use_record_mode("auto")  # also re-reads the settings, so the scratch recordings folder applies
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "local/qwen-0.5b"
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -41,7 +41,7 @@ def _generation_heavy() -> tuple[str, str, int]:
 
 
 def raw_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int]:
-    engine = helpers.local_engine(MODEL)
+    engine = local_engine(MODEL)
     body = {
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
         "max_tokens": max_tokens,
@@ -53,8 +53,8 @@ def raw_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int]:
     return time.perf_counter() - started, reply["usage"]["prompt_tokens"], reply["usage"]["completion_tokens"]
 
 
-def workbook_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int, helpers.LlmRequest]:
-    request = helpers.LlmRequest(
+def workbook_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int, LlmRequest]:
+    request = LlmRequest(
         model=MODEL,
         contents=[types.Content(role="user", parts=[types.Part(text=user)])],
         config=types.GenerateContentConfig(system_instruction=system, max_output_tokens=max_tokens, temperature=0.0),
@@ -71,7 +71,7 @@ def workbook_call(system: str, user: str, max_tokens: int) -> tuple[float, int, 
 
 
 def main() -> None:
-    helpers.local_engine(MODEL)  # load once, outside the timings
+    local_engine(MODEL)  # load once, outside the timings
     rates = {"raw": {"prompt": [], "generation": []}, "workbook": {"prompt": [], "generation": []}}
     replay_ratios = []
     for _ in range(ROUNDS):
@@ -83,12 +83,12 @@ def main() -> None:
             seconds, prompt_tokens, output_tokens, request = workbook_call(system, user, max_tokens)
             rates["workbook"][kind].append((prompt_tokens if kind == "prompt" else output_tokens) / seconds)
             live_seconds = seconds
-        os.environ["WORKBOOK_RECORD_MODE"] = "replay"
+        helpers.use_record_mode("replay")
         helpers.reset_occurrences()
         replay_seconds = workbook_call(
             request.config.system_instruction, request.contents[0].parts[0].text, request.config.max_output_tokens
         )[0]
-        os.environ["WORKBOOK_RECORD_MODE"] = "auto"
+        helpers.use_record_mode("auto")
         replay_ratios.append(live_seconds / replay_seconds)
     print(f"model {MODEL}, {ROUNDS} rounds, medians:")
     for kind in ("prompt", "generation"):

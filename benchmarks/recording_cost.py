@@ -8,19 +8,15 @@ process competed for the cores are slower than they would be alone.
 """
 
 import json
-import sys
 from collections import defaultdict
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import helpers  # noqa: E402
+from workbook.settings import DATA
 
 
 def main() -> None:
     seconds: dict[tuple[str, str], float] = defaultdict(float)
     calls: dict[tuple[str, str], int] = defaultdict(int)
-    for cassette in sorted(helpers.DATA.joinpath("recordings").glob("*.jsonl")):
+    for cassette in sorted(DATA.joinpath("recordings").glob("*.jsonl")):
         for line in cassette.read_text().splitlines():
             entry = json.loads(line)
             kind = entry["reply"].get("constrained") or "agent"
