@@ -1,24 +1,36 @@
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import helpers
 
-import helpers  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    """Settings are read once per process: re-read them around each test, whose env may differ."""
+    helpers.refresh_settings()
+    yield
+    helpers.refresh_settings()
 
 
 @pytest.fixture
 def recordings(tmp_path, monkeypatch):
     """An empty cassette directory in `auto` mode, with occurrence counters reset."""
-    monkeypatch.setenv("WORKBOOK_RECORDINGS", str(tmp_path / "recordings"))
-    monkeypatch.setenv("WORKBOOK_RECORD_MODE", "auto")
+    setenv(monkeypatch, WORKBOOK_RECORDINGS=str(tmp_path / "recordings"), WORKBOOK_RECORD_MODE="auto")
     helpers.reset_occurrences()
     yield tmp_path / "recordings"
     helpers.reset_occurrences()
 
 
+def setenv(monkeypatch, **values: str) -> None:
+    """Set environment variables for one test and re-read the settings."""
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    helpers.refresh_settings()
+
+
 def set_mode(monkeypatch, mode: str) -> None:
-    monkeypatch.setenv("WORKBOOK_RECORD_MODE", mode)
+    setenv(monkeypatch, WORKBOOK_RECORD_MODE=mode)
     helpers.reset_occurrences()

@@ -6,7 +6,8 @@ It goes through the same cassette layer as the real backends, so run tables see 
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.registry import LLMRegistry
 
-import helpers
+from workbook.cassettes import cassettes, normalize_request
+from workbook.models import reply_to_llm_response
 
 SCRIPTS: dict[str, list[str]] = {}
 
@@ -17,7 +18,7 @@ class ScriptedLlm(BaseLlm):
         return [r"scripted/.+"]
 
     async def generate_content_async(self, llm_request, stream=False):
-        request = helpers.normalize_request(self.model, llm_request)
+        request = normalize_request(self.model, llm_request)
 
         async def live(seed):
             text = SCRIPTS[self.model].pop(0) if SCRIPTS[self.model] else "(script exhausted)"
@@ -28,8 +29,8 @@ class ScriptedLlm(BaseLlm):
                 "usage": {"prompt_tokens": 10, "output_tokens": 5, "thinking_tokens": 0},
             }
 
-        reply = await helpers.cassettes().call(request, live)
-        yield helpers._reply_to_llm_response(reply)
+        reply = await cassettes().call(request, live)
+        yield reply_to_llm_response(reply)
 
 
 LLMRegistry.register(ScriptedLlm)

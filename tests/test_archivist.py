@@ -43,11 +43,12 @@ def test_agent_has_no_tools_and_thinking_budget_is_optional():
 def test_multi_turn_chat_keeps_one_session(recordings):
     """Live on the smallest model: the second turn's prompt must contain the first exchange."""
     agent = helpers.build_archivist("v1", model="local/smollm2-135m", max_output_tokens=24)
-    table = helpers.chat(agent, ["Who is Nico?", "And the Torchbearer?"])
+    with helpers.call_log() as calls:
+        table = helpers.chat(agent, ["Who is Nico?", "And the Torchbearer?"])
     assert list(table.turn) == [1, 2]
     assert table.prompt_tokens[1] > table.prompt_tokens[0] + table.output_tokens[0]
     assert set(table.columns) >= {"answer", "output_tokens", "thinking_tokens", "latency_s", "model", "replayed"}
-    second_call = helpers.CALL_LOG[-1]["request"]["contents"]
+    second_call = calls[-1]["request"]["contents"]
     assert [turn["role"] for turn in second_call] == ["user", "model", "user"]
     assert second_call[1]["text"] == table.answer[0]
 

@@ -4,6 +4,8 @@ import pandas as pd
 import pytest
 
 import helpers
+import workbook.labels
+from workbook.util import text_of
 
 
 def _answers():
@@ -24,7 +26,7 @@ def _answers():
 
 @pytest.fixture
 def labels_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(helpers, "LABELS", tmp_path / "labels")
+    monkeypatch.setattr(workbook.labels, "LABELS", tmp_path / "labels")
     return tmp_path / "labels"
 
 
@@ -112,7 +114,7 @@ def test_promotion_builds_a_case_adk_accepts(tmp_path):
     evalset = EvalSet.model_validate_json(target.read_text())
     case = evalset.eval_cases[0]
     assert [c.eval_id for c in evalset.eval_cases] == ["battery_nico_follow_up", "battery_breach_sequel"]
-    assert [helpers._text_of(i.user_content) for i in case.conversation] == ["Who is Nico?", "And in the end?"]
-    assert helpers._text_of(case.conversation[-1].final_response) == "Clancy defeats Nico in City Walls."
+    assert [text_of(i.user_content) for i in case.conversation] == ["Who is Nico?", "And in the end?"]
+    assert text_of(case.conversation[-1].final_response) == "Clancy defeats Nico in City Walls."
     with pytest.raises(helpers.WorkbookError, match="already has a case"):
         helpers.promote_to_evalset(_answers(), "breach_sequel", "again", evalset=target)

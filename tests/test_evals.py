@@ -4,8 +4,10 @@ import json
 
 import pytest
 import scripted
+from conftest import REPO, setenv
 
 import helpers
+from workbook.evalfiles import CONFIGS, EVALSETS
 
 GOOD_CASE = {
     "eval_id": "ok",
@@ -157,13 +159,33 @@ def test_committed_evalsets_and_configs_load():
         assert helpers.load_eval_config(name).criteria
 
 
+def test_linter_takes_every_form_run_eval_takes():
+    """Names, paths, ADK objects and a list of config names (merged) all lint the same."""
+    configs = ["final_reference", "final_behaviour"]
+    by_name = helpers.lint_evalset("final", configs, agent_model="local/qwen-0.5b")
+    by_path = helpers.lint_evalset(EVALSETS / "final.evalset.json", [CONFIGS / f"{c}.json" for c in configs])
+    by_object = helpers.lint_evalset(helpers.load_evalset("final"), helpers.load_eval_config(configs))
+    assert by_name == by_path == by_object
+
+
+def test_with_judge_replaces_only_llm_judges():
+    config = helpers.with_judge(["final_reference", "final_behaviour"], judge_model="local/qwen-0.5b", num_samples=3)
+    for name, criterion in config.criteria.items():
+        options = criterion.model_dump()["judge_model_options"]
+        assert (options["judge_model"], options["num_samples"]) == ("local/qwen-0.5b", 3), name
+    from google.adk.evaluation.eval_config import EvalConfig
+
+    mixed = EvalConfig(criteria={"response_match_score": 0.5, **helpers.load_eval_config("final_reference").criteria})
+    assert helpers.with_judge(mixed, judge_model="local/x").criteria["response_match_score"] == 0.5
+
+
 def _judge_reply(valid: bool) -> str:
     return json.dumps({"reasoning": "because", "is_the_agent_response_valid": "valid" if valid else "invalid"})
 
 
 def _scripted_eval_files(tmp_path, monkeypatch, samples: int):
     """Evalset and config whose judge is the scripted model; run tables go under tmp_path."""
-    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
+    setenv(monkeypatch, WORKBOOK_OUTPUTS=str(tmp_path))
     options = {"judge_model": "scripted/judge", "num_samples": samples}
     return _files(tmp_path, criteria={"final_response_match_v2": {"threshold": 0.5, "judge_model_options": options}})
 
@@ -215,11 +237,11 @@ def test_adk_eval_cli_accepts_the_files_unchanged_and_replays_offline():
     import os
     import subprocess
 
-    agent_dir = helpers.REPO / "agents" / "lore_archivist"  # adk writes its history to .adk/ there (git-ignored)
+    agent_dir = REPO / "agents" / "lore_archivist"  # adk writes its history to .adk/ there (git-ignored)
     command = [
-        str(helpers.REPO / ".venv" / "bin" / "adk"), "eval", str(agent_dir),
-        str(helpers.EVALSETS / "final.evalset.json") + ":breach_sequel,dema_depression",
-        "--config_file_path", str(helpers.CONFIGS / "final_reference.json"), "--print_detailed_results",
+        str(REPO / ".venv" / "bin" / "adk"), "eval", str(agent_dir),
+        str(EVALSETS / "final.evalset.json") + ":breach_sequel,dema_depression",
+        "--config_file_path", str(CONFIGS / "final_reference.json"), "--print_detailed_results",
     ]  # fmt: skip
     env = {**os.environ, "WORKBOOK_RECORD_MODE": "replay"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
@@ -231,7 +253,7 @@ def test_adk_eval_cli_accepts_the_files_unchanged_and_replays_offline():
 
 def test_two_metrics_on_a_case_with_its_own_rubric(recordings, tmp_path, monkeypatch):
     """Metrics are judged one after another on copies: ADK adds case rubrics to what it is given."""
-    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
+    setenv(monkeypatch, WORKBOOK_OUTPUTS=str(tmp_path))
     rubric = dict(RUBRIC, judge_model_options={"judge_model": "scripted/judge", "num_samples": 1})
     reference = {"threshold": 0.5, "judge_model_options": {"judge_model": "scripted/judge", "num_samples": 1}}
     case_rubric = [

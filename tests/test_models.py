@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, set_mode
+from conftest import REPO, set_mode, setenv
 from gemini_stub import GeminiStub
 from google.adk.evaluation.eval_case import Invocation
 from google.adk.evaluation.eval_metrics import (
@@ -18,10 +18,16 @@ from google.adk.evaluation.eval_metrics import (
 )
 from google.adk.evaluation.final_response_match_v2 import FinalResponseMatchV2Evaluator
 from google.adk.evaluation.rubric_based_evaluator import DefaultAutoRaterResponseParser
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.adk.models.registry import LLMRegistry
 from google.genai import types
 
 import helpers
+from workbook.cassettes import CassetteStore, call_log, cassettes, normalize_request, request_digest
+from workbook.judge_formats import judge_kind, judge_output_constraint
+from workbook.llama import render_chat_via_server
+from workbook.weights import LOCAL_MODELS, LocalModelSpec, local_model_path
 
 SMALL = "local/smollm2-135m"
 
@@ -49,42 +55,45 @@ def test_judge_model_name_resolves_through_adk_evaluator():
 
 def test_unknown_local_model_lists_the_known_ones():
     with pytest.raises(helpers.MissingModelError, match="local/qwen-1.5b.*local/smollm2-135m"):
-        helpers.local_model_path("local/qwen-70b")
+        local_model_path("local/qwen-70b")
 
 
 def test_missing_weight_package_says_what_to_install(monkeypatch):
-    spec = helpers.LocalModelSpec("ghost", ("no_such_weights_pkg",), "ghost-weights==1.0", "0" * 64)
-    monkeypatch.setitem(helpers.LOCAL_MODELS, "ghost", spec)
+    spec = LocalModelSpec("ghost", ("no_such_weights_pkg",), "ghost-weights==1.0", "0" * 64)
+    monkeypatch.setitem(LOCAL_MODELS, "ghost", spec)
     with pytest.raises(helpers.MissingModelError, match="ghost-weights==1.0.*make models"):
-        helpers.local_model_path("local/ghost")
+        local_model_path("local/ghost")
 
 
-def test_bad_hash_is_refused(monkeypatch, tmp_path):
-    good = helpers.LOCAL_MODELS["smollm2-135m"]
-    bad = helpers.LocalModelSpec("bad", good.packages, good.pip_names, "f" * 64, single_file=good.single_file)
-    monkeypatch.setitem(helpers.LOCAL_MODELS, "bad", bad)
-    monkeypatch.setattr(helpers, "_VERIFIED", set())
+def test_bad_hash_is_refused_and_stamps_stay_out_of_site_packages(monkeypatch, tmp_path):
+    setenv(monkeypatch, WORKBOOK_MODEL_CACHE=str(tmp_path / "cache"))
+    good = LOCAL_MODELS["smollm2-135m"]
+    bad = LocalModelSpec("bad", good.packages, good.pip_names, "f" * 64, single_file=good.single_file)
+    monkeypatch.setitem(LOCAL_MODELS, "bad", bad)
     with pytest.raises(helpers.MissingModelError, match="expected ffff"):
-        helpers.local_model_path("local/bad")
+        local_model_path("local/bad")
+    weights = local_model_path("local/smollm2-135m")
+    assert (tmp_path / "cache" / "verified" / "smollm2-135m.sha256").read_text().startswith(str(weights))
+    assert not weights.with_name(weights.name + ".sha256").exists()
 
 
 def test_chat_template_renders_system_and_every_turn():
-    rendered = helpers.render_chat(SMALL, "SYSTEM-RULES", ["first question", "first answer", "second question"])
+    rendered = render_chat_via_server(SMALL, "SYSTEM-RULES", ["first question", "first answer", "second question"])
     assert rendered.index("SYSTEM-RULES") < rendered.index("first question")
     assert rendered.index("first question") < rendered.index("first answer") < rendered.index("second question")
     assert rendered.count("<|im_start|>user") == 2 and rendered.count("<|im_start|>assistant") == 2
     assert rendered.rstrip().endswith("<|im_start|>assistant")
 
 
-def _request(text: str, **config) -> helpers.LlmRequest:
-    return helpers.LlmRequest(
+def _request(text: str, **config) -> LlmRequest:
+    return LlmRequest(
         model=SMALL,
         contents=[types.Content(role="user", parts=[types.Part(text=text)])],
         config=types.GenerateContentConfig(system_instruction="Answer in one short sentence.", **config),
     )
 
 
-async def _generate(model: str, request) -> helpers.LlmResponse:
+async def _generate(model: str, request) -> LlmResponse:
     llm = LLMRegistry.new_llm(model)
     return [response async for response in llm.generate_content_async(request)][-1]
 
@@ -108,11 +117,12 @@ def test_record_then_strict_replay_in_a_fresh_process_loads_no_model(recordings)
     live = helpers.run_sync(_generate(SMALL, request))
     script = (
         "import helpers, json\n"
+        "from workbook.llama import loaded_models\n"
         "from test_models import _request, _generate, SMALL\n"
         "r = helpers.run_sync(_generate(SMALL, _request('Say hello to the archivist.', temperature=0.9,"
         " max_output_tokens=20)))\n"
         "print(json.dumps({'text': r.content.parts[0].text, 'meta': r.custom_metadata,"
-        " 'prompt': r.usage_metadata.prompt_token_count, 'engines': len(helpers._ENGINES)}))\n"
+        " 'prompt': r.usage_metadata.prompt_token_count, 'engines': len(loaded_models())}))\n"
     )
     env = {**os.environ, "WORKBOOK_RECORD_MODE": "replay", "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
@@ -130,9 +140,7 @@ def test_strict_replay_miss_names_model_digest_and_prompt(recordings, monkeypatc
         helpers.run_sync(_generate(SMALL, _request("Who leads the nine bishops?\nSecond line")))
     message = str(error.value)
     assert SMALL in message and "Who leads the nine bishops?" in message and "Second line" in message
-    digest = helpers.request_digest(
-        helpers.normalize_request(SMALL, _request("Who leads the nine bishops?\nSecond line"))
-    )
+    digest = request_digest(normalize_request(SMALL, _request("Who leads the nine bishops?\nSecond line")))
     assert digest in message
 
 
@@ -153,25 +161,23 @@ def _scripted_live(texts):
 
 def test_repeated_identical_requests_replay_in_order_with_their_own_seeds(recordings, monkeypatch):
     request = {"model": "local/scripted", "system": "", "contents": [{"role": "user", "text": "judge"}], "config": {}}
-    store = helpers.cassettes()
+    store = cassettes()
     live = _scripted_live(["valid", "invalid", "valid"])
     first = [helpers.run_sync(store.call(request, live)) for _ in range(3)]
     assert [reply["text"] for reply in first] == ["valid", "invalid", "valid"]
     assert len({reply["seed"] for reply in first}) == 3
     set_mode(monkeypatch, "replay")
-    again = [helpers.run_sync(helpers.cassettes().call(request, _scripted_live([]))) for _ in range(3)]
+    again = [helpers.run_sync(cassettes().call(request, _scripted_live([]))) for _ in range(3)]
     assert [(r["text"], r["seed"], r["replayed"]) for r in again] == [(r["text"], r["seed"], True) for r in first]
     with pytest.raises(helpers.ReplayMissError, match="occurrence 3"):
-        helpers.run_sync(helpers.cassettes().call(request, _scripted_live([])))
+        helpers.run_sync(cassettes().call(request, _scripted_live([])))
 
 
 def _append_many(directory, writer, count):
-    os.environ["WORKBOOK_RECORDINGS"] = directory
-    store = helpers.CassetteStore(directory, "auto")
-    request = {"model": "local/shared", "system": "", "contents": [], "config": {}}
+    store = CassetteStore(directory, "auto")
     for index in range(count):
-        reply = {"text": f"{writer}-{index} " + "x" * 2000, "usage": {}}
-        store._append(store.cassette_path("local/shared"), request, f"{writer}-{index}", 0, reply)
+        request = {"model": "local/shared", "system": "", "contents": [{"role": "user", "text": f"{writer}-{index}"}]}
+        helpers.run_sync(store.call({**request, "config": {}}, _scripted_live([f"{writer}-{index} " + "x" * 2000])))
 
 
 def test_two_processes_appending_to_one_cassette_leave_every_line_valid(recordings):
@@ -185,11 +191,11 @@ def test_two_processes_appending_to_one_cassette_leave_every_line_valid(recordin
     lines = (recordings / "local_shared.jsonl").read_text().splitlines()
     entries = [json.loads(line) for line in lines]
     assert len(entries) == 300
-    assert {entry["digest"] for entry in entries} == {f"{w}-{i}" for w in "ab" for i in range(150)}
+    assert {entry["reply"]["text"].split()[0] for entry in entries} == {f"{w}-{i}" for w in "ab" for i in range(150)}
 
 
 def test_a_write_killed_mid_line_costs_only_that_call(recordings):
-    store = helpers.cassettes()
+    store = cassettes()
     request = {"model": "local/scripted", "system": "", "contents": [{"role": "user", "text": "q"}], "config": {}}
     helpers.run_sync(store.call(request, _scripted_live(["kept"])))
     cassette = store.cassette_path("local/scripted")
@@ -197,7 +203,7 @@ def test_a_write_killed_mid_line_costs_only_that_call(recordings):
         handle.write('{"digest": "half-writ')  # what a kill during a write leaves behind
     other = {**request, "contents": [{"role": "user", "text": "another"}]}
     helpers.run_sync(store.call(other, _scripted_live(["also kept"])))
-    fresh = helpers.CassetteStore(recordings, "replay")
+    fresh = CassetteStore(recordings, "replay")
     assert helpers.run_sync(fresh.call(request, _scripted_live([])))["text"] == "kept"
     assert helpers.run_sync(fresh.call(other, _scripted_live([])))["text"] == "also kept"
 
@@ -205,8 +211,7 @@ def test_a_write_killed_mid_line_costs_only_that_call(recordings):
 def test_gemini_path_through_google_genai_against_a_loopback_stub(recordings, monkeypatch):
     stub = GeminiStub()
     secret = "AIzaTEST-secret-key-1234567890"
-    monkeypatch.setenv("GOOGLE_API_KEY", secret)
-    monkeypatch.setenv("GEMINI_BASE_URL", stub.url)
+    setenv(monkeypatch, GOOGLE_API_KEY=secret, GEMINI_BASE_URL=stub.url)
     try:
         agent = helpers.build_archivist("v4", model="gemini-2.5-flash", thinking_budget=128)
         table = helpers.chat(agent, ["Who is Blurryface?"])
@@ -229,7 +234,7 @@ def test_gemini_path_through_google_genai_against_a_loopback_stub(recordings, mo
 
 def test_gemini_without_credentials_fails_early_with_the_fix(recordings, monkeypatch):
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
-    monkeypatch.setenv("GEMINI_BASE_URL", "http://127.0.0.1:9")
+    setenv(monkeypatch, GEMINI_BASE_URL="http://127.0.0.1:9")
     with pytest.raises(helpers.CredentialsError, match="GOOGLE_API_KEY.*local/qwen-1.5b"):
         helpers.run_sync(_generate("gemini-2.5-flash", _request("hi")))
 
@@ -251,9 +256,10 @@ def test_reference_judge_reply_is_accepted_by_adks_parser(recordings):
     evaluator = FinalResponseMatchV2Evaluator(metric)
     actual = _invocation("What colour is Trench?", "Trench is yellow.")
     expected = _invocation("What colour is Trench?", "Yellow.")
-    result = helpers.run_sync(evaluator.evaluate_invocations([actual], [expected]))
+    with call_log() as calls:
+        result = helpers.run_sync(evaluator.evaluate_invocations([actual], [expected]))
     assert result.per_invocation_results[0].score in (0.0, 1.0)  # None would mean ADK could not parse it
-    reply = helpers.CALL_LOG[-1]
+    reply = calls[-1]
     assert reply["constrained"] == "grammar"
     assert json.loads(reply["text"])["is_the_agent_response_valid"] in ("valid", "invalid")
 
@@ -275,9 +281,36 @@ def test_rubric_judge_reply_is_accepted_by_adks_parser(recordings):
         ),
     )
     evaluator = RubricBasedFinalResponseQualityV1Evaluator(metric)
-    helpers.run_sync(evaluator.evaluate_invocations([_invocation("Who is Nico?", "Nico leads the bishops.")], None))
-    reply = helpers.CALL_LOG[-1]
+    with call_log() as calls:
+        helpers.run_sync(evaluator.evaluate_invocations([_invocation("Who is Nico?", "Nico leads the bishops.")], None))
+    reply = calls[-1]
     assert reply["constrained"] == "grammar"
     parsed = DefaultAutoRaterResponseParser().parse(reply["text"])
     assert [r.property_text for r in parsed] == ["The answer stays on the lore.", "The answer is under 50 words."]
     assert all(r.score in (0.0, 1.0) for r in parsed)
+
+
+def test_call_logs_nest_and_keep_nothing_outside_a_run(recordings):
+    request = {"model": "local/scripted", "system": "", "contents": [{"role": "user", "text": "q"}], "config": {}}
+    helpers.run_sync(cassettes().call(request, _scripted_live(["unlogged"])))
+    with call_log() as outer:
+        with call_log() as inner:
+            helpers.run_sync(cassettes().call(request, _scripted_live(["both"])))
+        helpers.run_sync(cassettes().call(request, _scripted_live(["outer only"])))
+    assert [call["text"] for call in inner] == ["both"]
+    assert [call["text"] for call in outer] == ["both", "outer only"]
+
+
+def test_judge_prompts_are_recognised_in_one_place():
+    """A prompt ADK's rubric judges send gets the rubric kind; only the final-response layout is constrained."""
+    from google.adk.evaluation import rubric_based_final_response_quality_v1, rubric_based_tool_use_quality_v1
+
+    def request(prompt):
+        return {"model": SMALL, "system": "", "contents": [{"role": "user", "text": prompt}], "config": {}}
+
+    final = rubric_based_final_response_quality_v1._RUBRIC_BASED_FINAL_RESPONSE_QUALITY_V1_PROMPT
+    tool_use = rubric_based_tool_use_quality_v1._RUBRIC_BASED_TOOL_USE_QUALITY_V1_PROMPT
+    assert judge_kind(request(final)) == judge_kind(request(tool_use)) == "rubric"
+    assert "grammar" in judge_output_constraint(request(final))
+    assert judge_output_constraint(request(tool_use)) == {}
+    assert judge_kind(request("Who is Nico?")) == "other" and judge_output_constraint(request("hi")) == {}

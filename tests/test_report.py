@@ -20,6 +20,7 @@ def report(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     patch.setenv("WORKBOOK_OUTPUTS", str(outputs))
     patch.setenv("WORKBOOK_RECORD_MODE", "replay")
+    helpers.refresh_settings()
     first = helpers.run_grid()
     html = helpers.export_report()
     second = helpers.run_grid()
