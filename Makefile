@@ -40,9 +40,10 @@ models: $(MODELS_STAMP)
 report: $(REPO_PATH) $(if $(filter 1,$(LIVE)),$(MODELS_STAMP))
 	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(PY) -m helpers report
 
-test: $(SMOLLM_STAMP) chromium
+test: $(SMOLLM_STAMP) chromium lint
 	$(PY) -m pytest -q tests
 
+# ruff: pycodestyle, pyflakes, isort, bugbear, pyupgrade and mccabe complexity (ruff.toml), then the formatter.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
