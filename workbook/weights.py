@@ -109,17 +109,17 @@ def _concatenate_chunks(directories: list[Path], target: Path, spec: LocalModelS
     log.info("assembled %s from %d packages into %s", spec.alias, len(directories), target)
 
 
-_VERIFIED: set[tuple[Path, str]] = set()
+_VERIFIED: set[tuple[Path, str]] = set()  # (stamp, its expected content) checked by this process
 
 
 def _verify_once(path: Path, spec: LocalModelSpec) -> None:
-    """Hash the file once per process, and once per file version across processes: a stamp in the
-    model cache (never next to the weights, which may sit in a read-only site-packages) remembers it."""
-    if (path, spec.sha256) in _VERIFIED:
-        return
+    """Hash the file once per file version: a stamp in the model cache (never next to the weights,
+    which may sit in a read-only site-packages) remembers it across processes."""
     stamp = settings().workbook_model_cache / "verified" / f"{spec.alias}.sha256"
     stat = path.stat()
     expected_stamp = f"{path} {spec.sha256} {stat.st_size} {stat.st_mtime_ns}"
+    if (stamp, expected_stamp) in _VERIFIED:
+        return
     if not (stamp.exists() and stamp.read_text() == expected_stamp):
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
@@ -132,4 +132,4 @@ def _verify_once(path: Path, spec: LocalModelSpec) -> None:
             )
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(expected_stamp)
-    _VERIFIED.add((path, spec.sha256))
+    _VERIFIED.add((stamp, expected_stamp))
