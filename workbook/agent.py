@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from google.adk.agents import LlmAgent
+    from pandas.io.formats.style import Styler
+
 import difflib
 import re
 from dataclasses import dataclass
@@ -63,7 +70,7 @@ def prompt_diff(old: str, new: str) -> str:
     )
 
 
-def prompt_overview():
+def prompt_overview() -> pd.DataFrame:
     """Return one row per prompt version: why it exists, its size, and whether it has Known facts."""
     import pandas as pd
 
@@ -88,7 +95,7 @@ def build_archivist(
     thinking_budget: int | None = None,
     temperature: float = 0.3,
     max_output_tokens: int = 320,
-):
+) -> LlmAgent:
     """Return the lore archivist: an ADK LlmAgent with no tools and the chosen instruction."""
     from google.adk.agents import LlmAgent
 
@@ -106,7 +113,7 @@ def build_archivist(
     )
 
 
-def chat(agent, turns: list[str] | str, conversation_id: str = "chat"):
+def chat(agent: LlmAgent, turns: list[str] | str, conversation_id: str = "chat") -> pd.DataFrame:
     """Return one row per user turn of a conversation run through ADK's runner (one session).
 
     Columns: conversation, turn, user, answer, prompt/output/thinking tokens, latency_s
@@ -115,7 +122,7 @@ def chat(agent, turns: list[str] | str, conversation_id: str = "chat"):
     return run_sync(chat_async(agent, [turns] if isinstance(turns, str) else list(turns), conversation_id))
 
 
-async def chat_async(agent, turns: list[str], conversation_id: str = "chat"):
+async def chat_async(agent: LlmAgent, turns: list[str], conversation_id: str = "chat") -> pd.DataFrame:
     """Return the same table as `chat`, from async code (to run several conversations concurrently)."""
     import pandas as pd
     from google.adk.runners import InMemoryRunner
@@ -148,7 +155,7 @@ def _add_event(row: dict, event) -> None:
         row["replayed"] = bool(meta["replayed"])
 
 
-def ask_each(versions: list[str], questions: list[str], model: str | None = None):
+def ask_each(versions: list[str], questions: list[str], model: str | None = None) -> pd.DataFrame:
     """Return one row per (prompt version, question), each question in a fresh session.
 
     Calls are grouped by version so that the instruction prefix stays in llama.cpp's cache.
@@ -167,6 +174,6 @@ def ask_each(versions: list[str], questions: list[str], model: str | None = None
     return run_sync(run_all())
 
 
-def side_by_side(table, by: str = "version"):
+def side_by_side(table: pd.DataFrame, by: str = "version") -> Styler:
     """Return a styled table: one row per question, one answer column per prompt version."""
     return wrapped(table.pivot_table(index="user", columns=by, values="answer", aggfunc="first", sort=False))

@@ -6,8 +6,14 @@ statsmodels (Fleiss' kappa), krippendorff (alpha), scipy (bootstrap intervals).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-def sample_verdicts(table):
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def sample_verdicts(table: pd.DataFrame) -> pd.DataFrame:
     """Return one row per judge sample: judge, case, repeat, sample and a 1/0 pass verdict."""
     rows = table.copy()
     score = rows["sample_score"].fillna(rows["score"])
@@ -15,7 +21,7 @@ def sample_verdicts(table):
     return rows.dropna(subset=["passed"])[["judge", "case", "repeat", "sample", "passed"]]
 
 
-def case_verdicts(table, repeat: int | None = 0):
+def case_verdicts(table: pd.DataFrame, repeat: int | None = 0) -> pd.DataFrame:
     """Return a case x judge table of ADK's aggregated verdicts (1 pass, 0 fail) for one repeat (None: majority of all)."""
     rows = table.drop_duplicates(["judge", "case", "repeat"]).copy()
     rows["passed"] = (rows["status"] == "PASSED").astype(int)
@@ -26,7 +32,7 @@ def case_verdicts(table, repeat: int | None = 0):
     )
 
 
-def flip_rates(table):
+def flip_rates(table: pd.DataFrame) -> pd.DataFrame:
     """Return per judge and case: how many verdicts, the pass share, the minority share, and flips.
 
     `minority_share` is 0 when every sample agreed and 0.5 for a coin flip; `run_flip` is True
@@ -52,7 +58,7 @@ def _kappa(first, second) -> float:
     return float(cohen_kappa_score(first, second))
 
 
-def pairwise_kappa(verdicts):
+def pairwise_kappa(verdicts: pd.DataFrame) -> pd.DataFrame:
     """Return a judge x judge table of Cohen's kappa (scikit-learn) on case-level verdicts."""
     import pandas as pd
 
@@ -64,7 +70,7 @@ def pairwise_kappa(verdicts):
     return matrix
 
 
-def panel_agreement(verdicts) -> dict:
+def panel_agreement(verdicts: pd.DataFrame) -> dict:
     """Return Fleiss' kappa (statsmodels) and Krippendorff's alpha (krippendorff) across all judges."""
     import krippendorff
     import numpy as np
@@ -81,7 +87,7 @@ def panel_agreement(verdicts) -> dict:
     }
 
 
-def versus_truth(verdicts, truth):
+def versus_truth(verdicts: pd.DataFrame, truth: pd.Series) -> pd.DataFrame:
     """Return each judge's accuracy, precision, recall (for catching failures) and kappa against `truth`.
 
     `truth` is a Series of 1 (pass) / 0 (fail) indexed by case: human labels, or another judge.
@@ -109,7 +115,9 @@ def versus_truth(verdicts, truth):
     return pd.DataFrame(rows).set_index("judge").round(3)
 
 
-def bootstrap_ci(values, statistic=None, resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(
+    values: Any, statistic: Callable | None = None, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """Return (estimate, low, high): a statistic and its 95% bootstrap interval (scipy.stats.bootstrap).
 
     `values` is one array (default statistic: the mean) or a tuple of paired arrays.
@@ -138,7 +146,7 @@ def bootstrap_ci(values, statistic=None, resamples: int = 2000, seed: int = 0) -
     return estimate, min(low, estimate), max(high, estimate)
 
 
-def pass_rates(table):
+def pass_rates(table: pd.DataFrame) -> pd.DataFrame:
     """Return each judge's pass rate over all samples with a 95% bootstrap interval."""
     import pandas as pd
 
@@ -150,6 +158,6 @@ def pass_rates(table):
     return pd.DataFrame(rows).set_index("judge").round(3)
 
 
-def kappa_ci(first, second) -> tuple[float, float, float]:
+def kappa_ci(first: pd.Series, second: pd.Series) -> tuple[float, float, float]:
     """Return Cohen's kappa between two verdict Series with a paired 95% bootstrap interval."""
     return bootstrap_ci((first.to_numpy(), second.to_numpy()), _kappa)

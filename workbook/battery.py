@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from google.adk.agents import LlmAgent
+
 import difflib
 import re
 from dataclasses import dataclass
@@ -49,7 +55,9 @@ def load_battery(source: str | Path = "archivist") -> list[BatteryConversation]:
     return conversations
 
 
-def run_battery(agent, battery: str | Path = "archivist", prompt_version: str = "", only: list[str] | None = None):
+def run_battery(
+    agent: LlmAgent, battery: str | Path = "archivist", prompt_version: str = "", only: list[str] | None = None
+) -> pd.DataFrame:
     """Return one row per turn of every battery conversation (one ADK session per conversation)."""
     import pandas as pd
 
@@ -73,7 +81,9 @@ def run_battery(agent, battery: str | Path = "archivist", prompt_version: str = 
     return table
 
 
-def uncovered_failures(labelled, evalsets: tuple[str, ...] = ("final",), similarity: float = 0.6):
+def uncovered_failures(
+    labelled: pd.DataFrame, evalsets: tuple[str, ...] = ("final",), similarity: float = 0.6
+) -> pd.DataFrame:
     """Return failed battery turns with the most similar eval case; `covered` is False when none is close.
 
     Similarity is difflib's ratio on the user text: a rough screen, not a proof of coverage.
@@ -99,7 +109,9 @@ def uncovered_failures(labelled, evalsets: tuple[str, ...] = ("final",), similar
     return failed[["conversation", "turn", "user", "failure_kind", "closest_case", "similarity", "covered"]]
 
 
-def promote_to_evalset(answers, conversation_id: str, reference: str, evalset: str | Path = "battery_promoted") -> Path:
+def promote_to_evalset(
+    answers: pd.DataFrame, conversation_id: str, reference: str, evalset: str | Path = "battery_promoted"
+) -> Path:
     """Append a battery conversation to an evalset as an ADK eval case; return the evalset's path.
 
     `reference` is the person-written reference for the last turn; earlier turns keep the agent's

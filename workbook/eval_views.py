@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pandas.io.formats.style import Styler
+
 from workbook.cassettes import CallLog
 from workbook.evalfiles import KNOWN_METRICS
 from workbook.judge_formats import last_prompt
 from workbook.util import wrapped
 
 
-def case_scores(table):
+def case_scores(table: pd.DataFrame) -> pd.DataFrame:
     """Return one row per (case, metric) with the ADK score and status (first repeat)."""
     first = table[table["repeat"] == table["repeat"].min()]
     return first.drop_duplicates(["case", "invocation", "metric"])[["case", "metric", "score", "status", "threshold"]]
 
 
-def metric_verdicts(table):
+def metric_verdicts(table: pd.DataFrame) -> pd.DataFrame:
     """Return one row per case: each metric's status, named 'reference' / 'rubric' / ... (first repeat)."""
     scores = case_scores(table)
     scores = scores.assign(kind=scores["metric"].map(KNOWN_METRICS))
     return scores.pivot_table(index="case", columns="kind", values="status", aggfunc="first", sort=False)
 
 
-def disagreement_view(table, cases):
+def disagreement_view(table: pd.DataFrame, cases: Iterable[str]) -> Styler:
     """Return, per case and metric, the answer, the reference and every judge sample's verdict and rationale."""
     rows = table[table["case"].isin(list(cases)) & (table["repeat"] == table["repeat"].min())]
     return wrapped(rows[["case", "metric", "sample", "sample_verdict", "rationale", "answer", "reference"]])
@@ -35,7 +42,7 @@ DEFECT_PAIRS = {
 }
 
 
-def defect_pairs(table):
+def defect_pairs(table: pd.DataFrame) -> pd.DataFrame:
     """Return one row per eval defect: each metric's status on the defective case and on its fix."""
     import pandas as pd
 
@@ -54,7 +61,7 @@ def defect_pairs(table):
     return pd.DataFrame(rows).set_index(["defect", "metric"])
 
 
-def uniform_rubric_replies(table) -> int:
+def uniform_rubric_replies(table: pd.DataFrame) -> int:
     """Return how many rubric judge replies gave every rubric the same verdict (all yes or all no)."""
     verdicts = table["rubric_verdicts"].dropna().map(lambda text: set(text.split(",")))
     return int((verdicts.map(len) == 1).sum())

@@ -7,6 +7,13 @@ a config can also be a list of those, merged into one. Every function that takes
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from google.adk.evaluation.eval_config import EvalConfig
+    from google.adk.evaluation.eval_set import EvalSet
+    from pydantic import BaseModel
+
 import hashlib
 import json
 from pathlib import Path
@@ -47,7 +54,7 @@ def data_file(
     return path
 
 
-def load_evalset(source):
+def load_evalset(source: str | Path | EvalSet) -> EvalSet:
     """Return an ADK EvalSet from a name in data/evalsets (e.g. 'final'), a path, or an EvalSet (as is)."""
     from google.adk.evaluation.eval_set import EvalSet
 
@@ -56,7 +63,7 @@ def load_evalset(source):
     return _validated(data_file(source, EVALSETS, ".evalset.json"), EvalSet)
 
 
-def load_eval_config(source):
+def load_eval_config(source: str | Path | EvalConfig | list) -> EvalConfig:
     """Return an ADK EvalConfig from a name in data/configs (e.g. 'final_reference'), a path, an
     EvalConfig (as is), or a list of these merged into one (so two metrics judge the same answers)."""
     from google.adk.evaluation.eval_config import EvalConfig
@@ -89,7 +96,9 @@ def judge_options(criterion: Any) -> dict | None:
     return criterion_fields(criterion).get("judge_model_options")
 
 
-def with_judge(config, judge_model: str | None = None, num_samples: int | None = None):
+def with_judge(
+    config: str | Path | EvalConfig | list, judge_model: str | None = None, num_samples: int | None = None
+) -> EvalConfig:
     """Return a copy of an eval config with every LLM-judged metric using `judge_model` / `num_samples`."""
     from google.adk.evaluation.eval_config import EvalConfig
 
@@ -107,7 +116,7 @@ def with_judge(config, judge_model: str | None = None, num_samples: int | None =
     return EvalConfig.model_validate({**config.model_dump(), "criteria": criteria})
 
 
-def source_record(source, folder: Path, suffix: str) -> tuple[str, str]:
+def source_record(source: str | Path | BaseModel, folder: Path, suffix: str) -> tuple[str, str]:
     """Return (name, short sha256) of an evalset or config source, for a run's meta.json."""
     if isinstance(source, str | Path):
         return str(source), file_digest(data_file(source, folder, suffix))

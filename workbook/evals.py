@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from google.adk.agents import LlmAgent
+    from google.adk.evaluation.eval_config import EvalConfig
+    from google.adk.evaluation.eval_set import EvalSet
+
 from pathlib import Path
 
 from workbook.cassettes import call_log
@@ -22,9 +30,9 @@ from workbook.util import now, run_sync, show, timestamp
 
 
 def run_eval(
-    agent,
-    evalset: str | Path,
-    config: str | Path | list,
+    agent: LlmAgent,
+    evalset: str | Path | EvalSet,
+    config: str | Path | EvalConfig | list,
     repeats: int = 1,
     prompt_version: str = "",
     run_id: str | None = None,
@@ -32,7 +40,7 @@ def run_eval(
     show_findings: bool = True,
     case_ids: list[str] | None = None,
     judge_model: str | None = None,
-):
+) -> pd.DataFrame:
     """Return the tidy run table of an ADK eval: agent inference `repeats` times, every metric judged.
 
     One row per (repeat, case, invocation, metric, judge, sample), with every judge sample's raw
@@ -79,7 +87,14 @@ def run_eval(
     return table
 
 
-def judge_answers(answers, evalset, config, repeats: int = 1, run_id: str = "", judge_label: str = ""):
+def judge_answers(
+    answers: pd.DataFrame,
+    evalset: str | Path | EvalSet,
+    config: str | Path | EvalConfig | list,
+    repeats: int = 1,
+    run_id: str = "",
+    judge_label: str = "",
+) -> pd.DataFrame:
     """Return the run table for frozen answers (columns case, user, answer) re-judged by `config`.
 
     Nothing is asked of the agent, so any variation between repeats is the judge's alone.

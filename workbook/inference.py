@@ -5,6 +5,14 @@ Frozen answers (notebook 04) skip this step: they become inference results as th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from google.adk.agents import LlmAgent
+    from google.adk.evaluation.base_eval_service import InferenceResult
+    from google.adk.evaluation.eval_set import EvalSet
+    from google.adk.evaluation.local_eval_service import LocalEvalService
+
 import asyncio
 
 from google.genai import types
@@ -14,7 +22,7 @@ from workbook.cassettes import tag_calls
 from workbook.util import progress
 
 
-def eval_service(agent, evalset):
+def eval_service(agent: LlmAgent | None, evalset: EvalSet) -> LocalEvalService:
     """Return ADK's LocalEvalService for an agent (None: judging only) over an in-memory evalset."""
     from google.adk.evaluation.in_memory_eval_sets_manager import InMemoryEvalSetsManager
     from google.adk.evaluation.local_eval_service import LocalEvalService
@@ -26,7 +34,9 @@ def eval_service(agent, evalset):
     return LocalEvalService(root_agent=agent, eval_sets_manager=manager)
 
 
-async def agent_inferences(service, evalset, repeats: int, parallelism: int, case_ids) -> list[tuple[int, object]]:
+async def agent_inferences(
+    service: LocalEvalService, evalset: EvalSet, repeats: int, parallelism: int, case_ids: list[str] | None
+) -> list[tuple[int, InferenceResult]]:
     """Return (repeat, ADK InferenceResult) for every case (or those in `case_ids`), `repeats` times.
 
     Up to `parallelism` cases run at once; each call is tagged phase 'agent' with its case and repeat.
@@ -56,7 +66,7 @@ async def agent_inferences(service, evalset, repeats: int, parallelism: int, cas
         bar.close()
 
 
-def frozen_inference(evalset, row):
+def frozen_inference(evalset: EvalSet, row: Any) -> InferenceResult:
     """Return an ADK InferenceResult holding one frozen answer (a row with case, user, answer)."""
     from google.adk.evaluation.base_eval_service import InferenceResult, InferenceStatus
     from google.adk.evaluation.eval_case import Invocation

@@ -3,13 +3,22 @@ and every judge sample becomes a row (ADK itself keeps only the winning sample).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from google.adk.evaluation.base_eval_service import InferenceResult
+    from google.adk.evaluation.eval_config import EvalConfig
+    from google.adk.evaluation.local_eval_service import LocalEvalService
+
 from workbook.cassettes import CallLog, tag_calls
 from workbook.evalfiles import KNOWN_METRICS
 from workbook.judge_formats import judge_kind, last_prompt, parse_judge_reply
 from workbook.util import progress, text_of
 
 
-async def judge_inferences(service, inferences, config, calls: CallLog) -> list[dict]:
+async def judge_inferences(
+    service: LocalEvalService, inferences: list[tuple[int, InferenceResult]], config: EvalConfig, calls: CallLog
+) -> list[dict]:
     """Return one row per (repeat, case, invocation, metric, judge sample) for judged inferences.
 
     Judges metric by metric, so each judge prompt family keeps llama.cpp's prefix cache warm.

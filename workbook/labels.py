@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 import csv
 import hashlib
 import io
@@ -36,7 +41,7 @@ ANSWER_KEY = ["conversation", "turn", "prompt_version", "model", "answer_digest"
 
 
 def save_label(
-    answer_row,
+    answer_row: pd.Series | dict,
     verdict: Literal["pass", "fail"],
     failure_kind: str = "",
     note: str = "",
@@ -70,7 +75,7 @@ def save_label(
     return row
 
 
-def read_labels(battery: str = "archivist", latest: bool = True):
+def read_labels(battery: str = "archivist", latest: bool = True) -> pd.DataFrame:
     """Return the labels of a battery; with latest=True, only the newest label per answer."""
     import pandas as pd
 
@@ -91,14 +96,14 @@ def read_labels(battery: str = "archivist", latest: bool = True):
     return table.reset_index(drop=True)
 
 
-def with_labels(answers, battery: str = "archivist"):
+def with_labels(answers: pd.DataFrame, battery: str = "archivist") -> pd.DataFrame:
     """Return battery answers joined with their latest human label (blank where none yet)."""
     labels = read_labels(battery)[[*ANSWER_KEY, "verdict", "failure_kind", "note", "labeller"]]
     merged = answers.merge(labels, on=ANSWER_KEY, how="left")
     return merged.fillna({"verdict": "", "failure_kind": "", "note": "", "labeller": ""})
 
 
-def scoreboard(triage_labels, battery_labels):
+def scoreboard(triage_labels: pd.DataFrame, battery_labels: pd.DataFrame) -> pd.DataFrame:
     """Return the write-up's scoreboard: how many failures of each of the six kinds this run found."""
     import pandas as pd
 

@@ -7,9 +7,18 @@ or CASE_RULES (one eval case). Rules run in list order, so findings keep a stabl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from google.adk.evaluation.eval_case import EvalCase
+    from google.adk.evaluation.eval_config import EvalConfig
+    from google.adk.evaluation.eval_set import EvalSet
+
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from workbook.evalfiles import KNOWN_METRICS, criterion_fields, load_eval_config, load_evalset
@@ -44,7 +53,9 @@ class Context:
     in_order_trajectory: bool
 
 
-def lint_evalset(evalset, config, agent_model: str | None = None) -> list[Finding]:
+def lint_evalset(
+    evalset: str | Path | EvalSet, config: str | Path | EvalConfig | list, agent_model: str | None = None
+) -> list[Finding]:
     """Return the traps an evalset + config pair falls into, before any model is called.
 
     Takes every form `run_eval` takes (names, paths, ADK objects, a list of config names).
@@ -63,7 +74,7 @@ def lint_evalset(evalset, config, agent_model: str | None = None) -> list[Findin
     return findings
 
 
-def findings_table(findings: list[Finding]):
+def findings_table(findings: list[Finding]) -> pd.DataFrame:
     """Return linter findings as a table, errors first."""
     import pandas as pd
 
@@ -177,7 +188,7 @@ def _rubric_text_findings(rubric: dict, where: str) -> list[Finding]:
 # ---- case rules: one eval case ---------------------------------------------------------------
 
 
-def case_rubrics(case, context: Context) -> list[Finding]:
+def case_rubrics(case: EvalCase, context: Context) -> list[Finding]:
     """Return, per rubric on the case or one of its turns: untyped (ADK drops it), an id clash with
     a config rubric, and the rubric-text findings."""
     findings = []
@@ -194,7 +205,7 @@ def case_rubrics(case, context: Context) -> list[Finding]:
     return findings
 
 
-def per_turn_rubrics_in_multi_turn(case, context: Context) -> list[Finding]:
+def per_turn_rubrics_in_multi_turn(case: EvalCase, context: Context) -> list[Finding]:
     """Return a warning for a multi-turn case with per-turn rubrics (ADK loses earlier turns)."""
     turns = case.conversation or []
     if len(turns) <= 1 or not any(invocation.rubrics for invocation in turns):
@@ -209,7 +220,7 @@ def per_turn_rubrics_in_multi_turn(case, context: Context) -> list[Finding]:
     ]
 
 
-def empty_trajectory_in_order(case, context: Context) -> list[Finding]:
+def empty_trajectory_in_order(case: EvalCase, context: Context) -> list[Finding]:
     """Return a warning per turn with no expected tool use under an IN_ORDER trajectory metric."""
     if not context.in_order_trajectory:
         return []

@@ -6,6 +6,11 @@ given a model name gets the recorded class.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from google.adk.models._capabilities import LlmCapabilities
+
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -30,7 +35,7 @@ class LocalLlm(BaseLlm):
         return [r"local/.+"]
 
     @property
-    def capabilities(self):
+    def capabilities(self) -> LlmCapabilities:
         from google.adk.models._capabilities import LlmCapabilities
 
         return LlmCapabilities(output_schema_and_tools=False)

@@ -3,6 +3,12 @@ picked out for a person to decide."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from google.adk.evaluation.eval_set import EvalSet
+
 from google.genai import types
 
 from workbook.agreement import case_verdicts
@@ -11,7 +17,7 @@ from workbook.runs import provenance, write_run
 from workbook.util import now, text_digest
 
 
-def answers_evalset(answers, eval_set_id: str = "frozen_answers"):
+def answers_evalset(answers: pd.DataFrame, eval_set_id: str = "frozen_answers") -> EvalSet:
     """Return an in-memory ADK EvalSet whose cases are the given answers' questions and references.
 
     `answers` needs columns case, user and reference (for the battery, the expectation).
@@ -35,8 +41,13 @@ def answers_evalset(answers, eval_set_id: str = "frozen_answers"):
 
 
 def judge_panel(
-    answers, judges: list[str], samples: int = 3, repeats: int = 2, run_id: str = "panel", threshold: float = 0.5
-):
+    answers: pd.DataFrame,
+    judges: list[str],
+    samples: int = 3,
+    repeats: int = 2,
+    run_id: str = "panel",
+    threshold: float = 0.5,
+) -> pd.DataFrame:
     """Return the tidy run table of frozen answers re-judged by every judge, `samples` x `repeats` times.
 
     Judges are model names, judged with final_response_match_v2 (sampled at the model's default
@@ -77,7 +88,7 @@ def judge_panel(
 _TRIAGE_FIXED = ("case", "answer", "reference", "human", "designated judge's rationale")
 
 
-def triage_table(panel, answers, designated_judge: str):
+def triage_table(panel: pd.DataFrame, answers: pd.DataFrame, designated_judge: str) -> pd.DataFrame:
     """Return the answers worth a second look: the designated judge disagrees with the human
     label, or the LLM judges split. Each row shows the answer, reference, label and every verdict."""
     import pandas as pd
@@ -112,7 +123,7 @@ def triage_table(panel, answers, designated_judge: str):
     return pd.DataFrame(rows)
 
 
-def triage_items(triage, prompt_version: str):
+def triage_items(triage: pd.DataFrame, prompt_version: str) -> pd.DataFrame:
     """Return triage rows in the shape LabellingWidget expects (one item per disagreement)."""
     verdict_columns = [c for c in triage.columns if c not in _TRIAGE_FIXED]
     return triage.assign(

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
 from workbook.eval_views import case_scores
 
 VERSION_COLORS = {"v1": "#9e9e9e", "v2": "#64b5f6", "v3": "#1e88e5", "v4": "#d84315"}
@@ -13,7 +19,7 @@ JUDGE_COLORS = {
 }
 
 
-def plot_tokens(table, label: str = "user", by: str = "version"):
+def plot_tokens(table: pd.DataFrame, label: str = "user", by: str = "version") -> Figure:
     """Return a bar chart of output tokens and latency per answer, coloured by prompt version (notebook 01)."""
     import matplotlib.pyplot as plt
 
@@ -30,7 +36,7 @@ def plot_tokens(table, label: str = "user", by: str = "version"):
     return figure
 
 
-def plot_case_scores(table, title: str = ""):
+def plot_case_scores(table: pd.DataFrame, title: str = "") -> Figure:
     """Return a per-case chart of scores, one marker per metric, threshold lines dashed (notebook 02)."""
     import matplotlib.pyplot as plt
 
@@ -51,7 +57,7 @@ def plot_case_scores(table, title: str = ""):
     return figure
 
 
-def plot_failure_kinds(by_kind):
+def plot_failure_kinds(by_kind: pd.DataFrame) -> Figure:
     """Return a bar chart of failed answers per failure kind and prompt version, or a note if none (notebook 03)."""
     import matplotlib.pyplot as plt
 
@@ -68,7 +74,7 @@ def plot_failure_kinds(by_kind):
     return figure
 
 
-def plot_flip_rates(flips):
+def plot_flip_rates(flips: pd.DataFrame) -> Figure:
     """Return a bar chart of each case's minority share per judge (0: stable, 0.5: a coin flip) (notebook 04)."""
     import matplotlib.pyplot as plt
 
@@ -83,7 +89,7 @@ def plot_flip_rates(flips):
     return figure
 
 
-def plot_kappa_heatmap(kappas):
+def plot_kappa_heatmap(kappas: pd.DataFrame) -> Figure:
     """Return a judge x judge heatmap of Cohen's kappa (notebook 04)."""
     import matplotlib.pyplot as plt
     import numpy as np
@@ -101,7 +107,7 @@ def plot_kappa_heatmap(kappas):
     return figure
 
 
-def plot_pass_rates(rates):
+def plot_pass_rates(rates: pd.DataFrame) -> Figure:
     """Return each judge's pass rate with its 95% interval (notebook 04)."""
     import matplotlib.pyplot as plt
 
@@ -117,7 +123,7 @@ def plot_pass_rates(rates):
     return figure
 
 
-def plot_confusion(verdicts, truth):
+def plot_confusion(verdicts: pd.DataFrame, truth: pd.Series) -> Figure:
     """Return one confusion matrix per judge against `truth` (1 pass, 0 fail) (notebook 04)."""
     import matplotlib.pyplot as plt
     from sklearn.metrics import ConfusionMatrixDisplay
@@ -144,7 +150,7 @@ def plot_confusion(verdicts, truth):
     return figure
 
 
-def plot_version_pass_rates(rates):
+def plot_version_pass_rates(rates: pd.DataFrame) -> Figure:
     """Return pass rate per prompt version, one bar group per judge, with 95% intervals (notebook 05)."""
     import matplotlib.pyplot as plt
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 from workbook.agreement import bootstrap_ci
 
 
-def run_overview(metas):
+def run_overview(metas: pd.DataFrame) -> pd.DataFrame:
     """Return one row per run: what was run, with which models, when."""
     columns = [
         "run_id",
@@ -20,7 +25,7 @@ def run_overview(metas):
     return metas.reindex(columns=columns).set_index("run_id")
 
 
-def version_pass_rates(table, metric: str = "final_response_match_v2"):
+def version_pass_rates(table: pd.DataFrame, metric: str = "final_response_match_v2") -> pd.DataFrame:
     """Return case pass rates (ADK status) per prompt version and judge, with 95% bootstrap intervals."""
     import pandas as pd
 
@@ -41,7 +46,9 @@ def version_pass_rates(table, metric: str = "final_response_match_v2"):
     return pd.DataFrame(rows).round(3)
 
 
-def version_changes(table, before: str, after: str, metric: str = "final_response_match_v2"):
+def version_changes(
+    table: pd.DataFrame, before: str, after: str, metric: str = "final_response_match_v2"
+) -> pd.DataFrame:
     """Return, per judge and case, the status under two prompt versions and whether the change fixed or broke it."""
     cases = table[table["metric"] == metric].drop_duplicates(["run_id", "repeat", "case"])
     wide = cases.pivot_table(index=["judge", "case"], columns="prompt_version", values="status", aggfunc="first")
@@ -51,7 +58,7 @@ def version_changes(table, before: str, after: str, metric: str = "final_respons
     return wide.reset_index()
 
 
-def cost_by_version(table):
+def cost_by_version(table: pd.DataFrame) -> pd.DataFrame:
     """Return mean agent tokens (prompt, output, thinking apart), agent latency and judge tokens per prompt version."""
     answers = table.drop_duplicates(["run_id", "repeat", "case"])
     judged = table.dropna(subset=["judge_output_tokens"])

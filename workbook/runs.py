@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 import json
 from pathlib import Path
 
@@ -16,7 +21,7 @@ RUN_COLUMNS = [
 ]  # fmt: skip
 
 
-def run_table(rows: list[dict], run_id: str, agent_model: str, prompt_version: str):
+def run_table(rows: list[dict], run_id: str, agent_model: str, prompt_version: str) -> pd.DataFrame:
     """Return judged rows as the run table: RUN_COLUMNS in order, sorted by repeat, case, invocation,
     metric and sample."""
     import pandas as pd
@@ -27,7 +32,7 @@ def run_table(rows: list[dict], run_id: str, agent_model: str, prompt_version: s
     return table.sort_values(["repeat", "case", "invocation", "metric", "sample"], kind="stable").reset_index(drop=True)
 
 
-def write_run(table, meta: dict) -> Path:
+def write_run(table: pd.DataFrame, meta: dict) -> Path:
     """Write a run's table (CSV) and meta.json atomically under outputs/runs/<run_id>/; return the folder."""
     folder = runs_dir() / meta["run_id"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -36,7 +41,7 @@ def write_run(table, meta: dict) -> Path:
     return folder
 
 
-def read_runs(pattern: str = "*"):
+def read_runs(pattern: str = "*") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Return (tables concatenated, metas as a table) for every complete run under outputs/runs."""
     import pandas as pd
 

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pandas.io.formats.style import Styler
+    from tqdm.auto import tqdm
+
 import asyncio
 import contextvars
 import hashlib
@@ -106,14 +113,14 @@ def run_sync(coroutine: Awaitable) -> Any:
     return result["value"]
 
 
-def progress(total: int, desc: str):
+def progress(total: int, desc: str) -> tqdm:
     """Return a tqdm progress bar counting cases (closes itself from the notebook when done)."""
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit="case", leave=False)
 
 
-def show(table, caption: str) -> None:
+def show(table: pd.DataFrame, caption: str) -> None:
     """Display a caption and a table in a notebook, or print them in plain Python."""
     try:
         from IPython.display import Markdown, display
@@ -123,6 +130,6 @@ def show(table, caption: str) -> None:
         print(caption, table.to_string(), sep="\n")
 
 
-def wrapped(table):
+def wrapped(table: pd.DataFrame) -> Styler:
     """Return a table styled to show long text wrapped, left- and top-aligned."""
     return table.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
