@@ -82,6 +82,7 @@ class Settings(BaseSettings):
     default_model: str = "local/qwen-1.5b"
     workbook_record_mode: RecordMode = "auto"
     workbook_recordings: Path = DATA / "recordings"
+    workbook_labels: Path = DATA / "labels"  # human labels, one <battery>.csv each
     workbook_model_cache: Path = Path.home() / ".cache" / "adk-eval-workbook"
     workbook_gguf: Path | None = None  # the file behind `local/custom`
     workbook_outputs: Path = REPO / "outputs"  # executed notebooks, run tables, report.html
@@ -97,6 +98,11 @@ def settings() -> Settings:
 def outputs_dir() -> Path:
     """Return the folder for everything a run writes (WORKBOOK_OUTPUTS, default outputs/)."""
     return settings().workbook_outputs
+
+
+def labels_dir() -> Path:
+    """Return the folder of human label files (WORKBOOK_LABELS, default data/labels/)."""
+    return settings().workbook_labels
 
 
 def runs_dir() -> Path:
@@ -1635,7 +1641,6 @@ def judge_prompts(run_id: str) -> list[str]:
 # ============================================================================
 
 BATTERIES = DATA / "battery"
-LABELS = DATA / "labels"
 FAILURE_KINDS = {
     "eval_overdemanding_rubric": "eval: rubric demands more than the question",
     "eval_wrong_reference": "eval: wrong or unverifiable reference fact",
@@ -1719,7 +1724,7 @@ def save_label(
     labeller: str = "",
     battery: str = "archivist",
 ) -> dict:
-    """Append one label for one answer to data/labels/<battery>.csv at once; return the row written.
+    """Append one label for one answer to <labels_dir()>/<battery>.csv at once; return the row written.
 
     Rows are only ever appended (relabelling keeps history; the latest label wins). Each row
     carries a checksum, so a write torn by a crash is recognised and ignored on reading.
@@ -1742,7 +1747,7 @@ def save_label(
         "note": note,
     }
     row["row_check"] = _row_check(row)
-    _append_csv_row(LABELS / f"{battery}.csv", row)
+    _append_csv_row(labels_dir() / f"{battery}.csv", row)
     return row
 
 
@@ -1750,7 +1755,7 @@ def read_labels(battery: str = "archivist", latest: bool = True):
     """Return the labels of a battery; with latest=True, only the newest label per answer."""
     import pandas as pd
 
-    path = LABELS / f"{battery}.csv"
+    path = labels_dir() / f"{battery}.csv"
     if not path.exists():
         return pd.DataFrame(columns=LABEL_COLUMNS)
     rows = []

@@ -24,7 +24,7 @@ def _answers():
 
 @pytest.fixture
 def labels_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(helpers, "LABELS", tmp_path / "labels")
+    monkeypatch.setenv("WORKBOOK_LABELS", str(tmp_path / "labels"))
     return tmp_path / "labels"
 
 
