@@ -44,6 +44,8 @@ lint: $(STAMP)
 benchmark: $(MODELS_STAMP)
 	$(PY) benchmarks/bench_models.py
 
-# Debian's Chromium for the report check in the tests.
+# Debian's Chromium and its chromedriver (never a downloaded browser): the report check and the
+# JupyterLab browser test (Selenium) in the tests.
 chromium:
-	@command -v chromium > /dev/null || { apt-get update -qq && apt-get install -y -qq chromium > /dev/null; }
+	@{ command -v chromium && command -v chromedriver; } > /dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver > /dev/null; }
