@@ -12,11 +12,14 @@ RECORD_MODE := $(if $(filter 1,$(LIVE)),auto,replay)
 
 .PHONY: report test models lint benchmark chromium
 
+# The kernel is installed as python3, the one kernel name everywhere (notebooks, papermill, README:
+# helpers.KERNEL_NAME); the old name "workbook" is removed from venvs that have it.
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
-	$(PY) -m ipykernel install --sys-prefix --name workbook --display-name "ADK eval workbook" > /dev/null
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" > /dev/null
+	$(VENV)/bin/jupyter kernelspec remove -y workbook > /dev/null 2>&1 || true
 	touch $@
 
 # `import helpers` and `import workbook` from anywhere (notebooks/, agents/, benchmarks/, tests/):
@@ -50,6 +53,8 @@ lint: $(STAMP)
 benchmark: $(MODELS_STAMP)
 	$(PY) benchmarks/bench_models.py
 
-# Debian's Chromium for the report check in the tests.
+# Debian's Chromium and its chromedriver (never a downloaded browser): the report check and the
+# JupyterLab browser test (Selenium) in the tests.
 chromium:
-	@command -v chromium > /dev/null || { apt-get update -qq && apt-get install -y -qq chromium > /dev/null; }
+	@{ command -v chromium && command -v chromedriver; } > /dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver > /dev/null; }

@@ -86,7 +86,7 @@ from workbook.evalfiles import load_eval_config, load_evalset, with_judge
 from workbook.evals import run_eval
 
 # `make report`: the papermill grid and the HTML report.
-from workbook.grid import export_report, grid_jobs, report_main, run_grid
+from workbook.grid import KERNEL_NAME, export_report, grid_jobs, report_main, run_grid
 from workbook.labels import FAILURE_KINDS, read_labels, save_label, scoreboard, with_labels
 from workbook.lint import Finding, findings_table, lint_evalset
 from workbook.models import LocalLlm, RecordedGemini, describe_backend
@@ -114,6 +114,7 @@ from workbook.settings import (
     MissingModelError,
     ReplayMissError,
     WorkbookError,
+    labels_dir,
     outputs_dir,
     refresh_settings,
     runs_dir,
@@ -133,6 +134,7 @@ __all__ = [
     "MissingModelError",
     "ReplayMissError",
     "WorkbookError",
+    "labels_dir",
     "outputs_dir",
     "refresh_settings",
     "runs_dir",
@@ -207,6 +209,7 @@ __all__ = [
     "version_pass_rates",
     "plot_version_pass_rates",
     # make report
+    "KERNEL_NAME",
     "export_report",
     "grid_jobs",
     "report_main",

@@ -7,6 +7,8 @@ import nbformat
 import papermill
 from conftest import REPO
 
+import helpers
+
 
 def run_notebook(name: str, tmp_path: Path, **parameters) -> nbformat.NotebookNode:
     """Execute notebooks/<name> in strict replay mode (no live model call) and return the result."""
@@ -16,7 +18,7 @@ def run_notebook(name: str, tmp_path: Path, **parameters) -> nbformat.NotebookNo
         str(REPO / "notebooks" / name),
         str(output),
         parameters=parameters,
-        kernel_name="python3",
+        kernel_name=helpers.KERNEL_NAME,
         cwd=str(REPO / "notebooks"),
         progress_bar=False,
     )

@@ -2,9 +2,9 @@
 
 import pandas as pd
 import pytest
+from conftest import setenv
 
 import helpers
-import workbook.labels
 from workbook.util import text_of
 
 
@@ -26,7 +26,7 @@ def _answers():
 
 @pytest.fixture
 def labels_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(workbook.labels, "LABELS", tmp_path / "labels")
+    setenv(monkeypatch, WORKBOOK_LABELS=str(tmp_path / "labels"))
     return tmp_path / "labels"
 
 

@@ -15,6 +15,8 @@ from workbook.settings import DATA, REPO, WorkbookError, outputs_dir
 from workbook.util import atomic_write, now, progress
 
 NOTEBOOKS = REPO / "notebooks"
+# The one kernel name: the notebooks' kernelspec, papermill, the lab test and `make` (ipykernel install).
+KERNEL_NAME = "python3"
 _SECRET_NAMES = re.compile(r"key|token|secret|password|credential", re.I)
 
 
@@ -117,7 +119,7 @@ def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
         str(NOTEBOOKS / job.notebook),
         str(output),
         parameters=job.parameters,
-        kernel_name="python3",
+        kernel_name=KERNEL_NAME,
         cwd=str(NOTEBOOKS),
         progress_bar=False,
     )

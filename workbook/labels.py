@@ -18,12 +18,11 @@ from typing import Literal
 
 from filelock import FileLock
 
-from workbook.settings import DATA, WorkbookError
+from workbook.settings import WorkbookError, labels_dir
 from workbook.util import append_line
 
 log = logging.getLogger(__name__)
 
-LABELS = DATA / "labels"
 FAILURE_KINDS = {
     "eval_overdemanding_rubric": "eval: rubric demands more than the question",
     "eval_wrong_reference": "eval: wrong or unverifiable reference fact",
@@ -48,7 +47,7 @@ def save_label(
     labeller: str = "",
     battery: str = "archivist",
 ) -> dict:
-    """Append one label for one answer to data/labels/<battery>.csv at once; return the row written.
+    """Append one label for one answer to <labels_dir()>/<battery>.csv at once; return the row written.
 
     Rows are only ever appended (relabelling keeps history; the latest label wins). Each row
     carries a checksum, so a write torn by a crash is recognised and ignored on reading.
@@ -71,7 +70,7 @@ def save_label(
         "note": note,
     }
     row["row_check"] = _row_check(row)
-    _append_csv_row(LABELS / f"{battery}.csv", row)
+    _append_csv_row(labels_dir() / f"{battery}.csv", row)
     return row
 
 
@@ -79,7 +78,7 @@ def read_labels(battery: str = "archivist", latest: bool = True) -> pd.DataFrame
     """Return the labels of a battery; with latest=True, only the newest label per answer."""
     import pandas as pd
 
-    path = LABELS / f"{battery}.csv"
+    path = labels_dir() / f"{battery}.csv"
     if not path.exists():
         return pd.DataFrame(columns=LABEL_COLUMNS)
     rows = []

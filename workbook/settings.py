@@ -52,6 +52,7 @@ class Settings(BaseSettings):
     default_model: str = "local/qwen-1.5b"
     workbook_record_mode: RecordMode = "auto"
     workbook_recordings: Path = DATA / "recordings"
+    workbook_labels: Path = DATA / "labels"  # human labels, one <battery>.csv each
     workbook_model_cache: Path = Path.home() / ".cache" / "adk-eval-workbook"
     workbook_gguf: Path | None = None  # the file behind `local/custom`
     workbook_outputs: Path = REPO / "outputs"  # executed notebooks, run tables, report.html
@@ -86,6 +87,11 @@ def use_record_mode(mode: str = "") -> str:
 def outputs_dir() -> Path:
     """Return the folder for everything a run writes (WORKBOOK_OUTPUTS, default outputs/)."""
     return settings().workbook_outputs
+
+
+def labels_dir() -> Path:
+    """Return the folder of human label files (WORKBOOK_LABELS, default data/labels/)."""
+    return settings().workbook_labels
 
 
 def runs_dir() -> Path:
