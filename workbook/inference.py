@@ -67,13 +67,22 @@ async def agent_inferences(
 
 
 def frozen_inference(evalset: EvalSet, row: Any) -> InferenceResult:
-    """Return an ADK InferenceResult holding one frozen answer (a row with case, user, answer)."""
+    """Return an ADK InferenceResult holding one frozen answer (a row with case, user, answer).
+
+    A row with an `instruction` text carries it as the agent's instructions, which the rubric judge
+    reads as <developer_instructions> (as it would for a live agent).
+    """
+    from google.adk.evaluation.app_details import AgentDetails, AppDetails
     from google.adk.evaluation.base_eval_service import InferenceResult, InferenceStatus
     from google.adk.evaluation.eval_case import Invocation
 
+    instruction = getattr(row, "instruction", None)
     invocation = Invocation(
         user_content=types.Content(role="user", parts=[types.Part(text=row.user)]),
         final_response=types.Content(role="model", parts=[types.Part(text=str(row.answer))]),
+        app_details=AppDetails(agent_details={APP_NAME: AgentDetails(name=APP_NAME, instructions=instruction)})
+        if isinstance(instruction, str)
+        else None,
     )
     return InferenceResult(
         app_name=APP_NAME,

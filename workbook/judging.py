@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 from workbook.cassettes import CallLog, tag_calls
 from workbook.evalfiles import KNOWN_METRICS
-from workbook.judge_formats import judge_kind, last_prompt, parse_judge_reply
+from workbook.judge_formats import judge_kind, last_prompt, parse_judge_reply, rubric_properties
 from workbook.util import progress, text_of
 
 
@@ -106,6 +106,8 @@ def _sample_fields(kind: str, call: dict, threshold: float | None) -> dict:
         **parse_judge_reply(kind, call["text"]),
         "sample_verdict": "unparsed",
     }
+    if kind == "rubric":  # what the judge was shown, since ADK can drop a rubric without a word
+        fields["rubrics_seen"] = ",".join(rubric_id for rubric_id, _ in rubric_properties(last_prompt(call["request"])))
     if fields["sample_score"] is not None:
         passed = fields["sample_score"] >= (threshold if threshold is not None else 0.5)
         fields["sample_verdict"] = "pass" if passed else "fail"

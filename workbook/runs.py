@@ -17,7 +17,7 @@ RUN_COLUMNS = [
     "run_id", "repeat", "case", "invocation", "metric", "judge", "sample", "sample_verdict", "sample_score",
     "score", "status", "threshold", "rubric_verdicts", "rationale", "raw_reply", "user", "answer", "reference",
     "agent_model", "prompt_version", "agent_prompt_tokens", "agent_output_tokens", "agent_thinking_tokens",
-    "agent_latency_s", "judge_prompt_tokens", "judge_output_tokens", "judge_latency_s", "replayed",
+    "agent_latency_s", "judge_prompt_tokens", "judge_output_tokens", "judge_latency_s", "replayed", "rubrics_seen",
 ]  # fmt: skip
 
 
