@@ -25,7 +25,13 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.labels         FAILURE_KINDS, save_label, read_labels, with_labels
                              workbook.widget         LabellingWidget
                              workbook.plots          plot_failure_kinds
+  02, 03, 04 (findings)      workbook.findings       finding_experiment, sample_rationales, finding_row,
+                                                     arm_results, write_findings, read_findings,
+                                                     load_frozen_answers, load_findings
   04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items
+                             workbook.judge_stats    wilson, cluster_bootstrap, paired_mcnemar,
+                                                     stability_curve, samples_for_stability,
+                                                     noise_split, judge_health, calibrate_cv
                              workbook.agreement      case_verdicts, flip_rates, pairwise_kappa,
                                                      panel_agreement, versus_truth, bootstrap_ci,
                                                      pass_rates, kappa_ci
@@ -83,10 +89,32 @@ from workbook.eval_views import (
 
 # Notebook 02 and batch_eval_run: evals, the linter, run tables.
 from workbook.evalfiles import load_eval_config, load_evalset, with_judge
-from workbook.evals import run_eval
+from workbook.evals import judge_answers, run_eval
+
+# Notebooks 02-04: the findings as controlled experiments.
+from workbook.findings import (
+    arm_results,
+    finding_experiment,
+    finding_row,
+    load_findings,
+    load_frozen_answers,
+    read_findings,
+    sample_rationales,
+    write_findings,
+)
 
 # `make report`: the papermill grid and the HTML report.
 from workbook.grid import KERNEL_NAME, export_report, grid_jobs, report_main, run_grid
+from workbook.judge_stats import (
+    calibrate_cv,
+    cluster_bootstrap,
+    judge_health,
+    noise_split,
+    paired_mcnemar,
+    samples_for_stability,
+    stability_curve,
+    wilson,
+)
 from workbook.labels import FAILURE_KINDS, read_labels, save_label, scoreboard, with_labels
 from workbook.lint import Finding, findings_table, lint_evalset
 from workbook.models import LocalLlm, RecordedGemini, describe_backend
@@ -164,6 +192,25 @@ __all__ = [
     "findings_table",
     "lint_evalset",
     "run_eval",
+    "judge_answers",
+    # findings (notebooks 02-04)
+    "arm_results",
+    "finding_experiment",
+    "finding_row",
+    "load_findings",
+    "load_frozen_answers",
+    "read_findings",
+    "sample_rationales",
+    "write_findings",
+    # design-aware judge statistics (notebook 04)
+    "calibrate_cv",
+    "cluster_bootstrap",
+    "judge_health",
+    "noise_split",
+    "paired_mcnemar",
+    "samples_for_stability",
+    "stability_curve",
+    "wilson",
     "case_scores",
     "defect_pairs",
     "disagreement_view",

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from google.adk.evaluation.eval_config import EvalConfig
     from google.adk.evaluation.eval_set import EvalSet
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.genai import types
@@ -290,3 +291,44 @@ def _yaml(path: Path) -> dict:
 
 def _as_list(value: Any) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
+
+
+@dataclass
+class FindingResult:
+    """One finding's experiment: its spec, run table, per-arm results and findings-table row."""
+
+    finding_id: str
+    finding: dict
+    table: pd.DataFrame
+    arms: pd.DataFrame
+    row: dict
+
+    @property
+    def sentence(self) -> str:
+        """Return the result as one computed sentence for the notebook."""
+        arms = "; ".join(
+            f"{r.arm}: {r.successes} of {r.samples} samples ({r.share:.0%}, 95% CI {r.ci_low:.0%}-{r.ci_high:.0%})"
+            for r in self.arms.itertuples()
+        )
+        return (
+            f"**{self.finding_id} {self.row['outcome']}** (measure: {self.finding['measure'].replace('_', ' ')}). "
+            f"{arms}. Fisher's exact p = {self.row['p_value']:.3g}; predicted lower: {self.finding['predicted']}."
+        )
+
+
+def finding_experiment(finding_id: str) -> FindingResult:
+    """Return a finding's experiment, run (or replayed) arm by arm, with its computed verdict."""
+    answers = load_frozen_answers()
+    findings = load_findings(answers=answers)
+    table = run_finding(finding_id, findings, answers)
+    truth = dict(zip(answers["id"], answers["correct"], strict=True))
+    arms = arm_results(table, findings[finding_id]["measure"], truth)
+    return FindingResult(
+        finding_id, findings[finding_id], table, arms, finding_row(finding_id, findings[finding_id], arms, answers)
+    )
+
+
+def sample_rationales(result: FindingResult, arm: str | None = None) -> pd.DataFrame:
+    """Return each judge sample of a finding (or one arm): answer, repeat, sample, verdict and rationale."""
+    table = result.table if arm is None else result.table[result.table["arm"] == arm]
+    return table[["arm", "case", "repeat", "sample", "sample_verdict", "rationale"]].reset_index(drop=True)
