@@ -25,6 +25,7 @@ from google.genai import types
 from workbook.cassettes import cassettes, normalize_request
 from workbook.llama import local_generate
 from workbook.settings import CredentialsError, settings
+from workbook.util import shown_path
 
 
 class LocalLlm(BaseLlm):
@@ -87,7 +88,8 @@ def describe_backend(model: str) -> str:
     current = settings()
     kind = "llama.cpp on this CPU" if model.startswith("local/") else "Gemini API"
     return (
-        f"{model} via {kind}; record mode {current.workbook_record_mode!r}, cassettes in {current.workbook_recordings}"
+        f"{model} via {kind}; record mode {current.workbook_record_mode!r}, "
+        f"cassettes in {shown_path(current.workbook_recordings)}"
     )
 
 

@@ -133,3 +133,13 @@ def show(table: pd.DataFrame, caption: str) -> None:
 def wrapped(table: pd.DataFrame) -> Styler:
     """Return a table styled to show long text wrapped, left- and top-aligned."""
     return table.style.set_properties(**{"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top"})
+
+
+def shown_path(path: Path) -> str:
+    """Return a path as a reader should see it: relative to the repository when inside it (no machine paths)."""
+    from workbook.settings import REPO
+
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
