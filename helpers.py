@@ -26,7 +26,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.widget         LabellingWidget
                              workbook.plots          plot_failure_kinds
   02, 03, 04 (findings)      workbook.findings       finding_experiment, sample_rationales, finding_row,
-                                                     arm_results, write_findings, read_findings,
+                                                     promotion_finding, arm_results, write_findings,
+                                                     read_findings,
                                                      load_frozen_answers, load_findings
   04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items
                              workbook.judge_stats    wilson, cluster_bootstrap, paired_mcnemar,
@@ -98,6 +99,7 @@ from workbook.findings import (
     finding_row,
     load_findings,
     load_frozen_answers,
+    promotion_finding,
     read_findings,
     sample_rationales,
     write_findings,
@@ -197,6 +199,7 @@ __all__ = [
     "arm_results",
     "finding_experiment",
     "finding_row",
+    "promotion_finding",
     "load_findings",
     "load_frozen_answers",
     "read_findings",

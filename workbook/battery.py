@@ -82,16 +82,21 @@ def run_battery(
 
 
 def uncovered_failures(
-    labelled: pd.DataFrame, evalsets: tuple[str, ...] = ("final",), similarity: float = 0.6
+    labelled: pd.DataFrame,
+    evalsets: tuple[str, ...] = ("final",),
+    similarity: float = 0.6,
+    without: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     """Return failed battery turns with the most similar eval case; `covered` is False when none is close.
 
-    Similarity is difflib's ratio on the user text: a rough screen, not a proof of coverage.
+    Similarity is difflib's ratio on the user text: a rough screen, not a proof of coverage. Case ids in
+    `without` are left out (e.g. the cases an earlier battery promoted, to see the evalset as it was before).
     """
     cases = [
         (name, case.eval_id, text_of(invocation.user_content))
         for name in evalsets
         for case in load_evalset(name).eval_cases
+        if case.eval_id not in without
         for invocation in case.conversation or []
     ]
     failed = labelled[labelled["verdict"] == "fail"].copy()

@@ -334,3 +334,29 @@ def sample_rationales(result: FindingResult, arm: str | None = None) -> pd.DataF
     """Return each judge sample of a finding (or one arm): answer, repeat, sample, verdict and rationale."""
     table = result.table if arm is None else result.table[result.table["arm"] == arm]
     return table[["arm", "case", "repeat", "sample", "sample_verdict", "rationale"]].reset_index(drop=True)
+
+
+def promotion_finding(coverage: pd.DataFrame, judged: pd.DataFrame) -> dict:
+    """Return F7's findings row: battery failures no eval case covered before, and how often their promoted
+    cases fail the same answers now (pooled judge samples; reproduced when every promoted failure was
+    uncovered and the pooled pass share is below one half by a one-sided binomial test at 5%)."""
+    from scipy.stats import binomtest
+
+    promoted = coverage[coverage["conversation"].isin(judged["case"])]
+    passes, total = int(judged["sample_verdict"].eq("pass").sum()), len(judged)
+    low, high = wilson(passes, total)
+    p_value = float(binomtest(passes, total, 0.5, alternative="less").pvalue) if total else float("nan")
+    reproduced = bool(len(promoted) and not promoted["covered"].any() and p_value < ALPHA)
+    return {
+        "finding": "F7",
+        "title": "A hand battery finds agent errors that no eval case covers",
+        "varied": "evalset: before vs after promoting the battery's failures",
+        "arms": f"before: {int(promoted['covered'].sum())}/{len(promoted)} of these failures covered "
+        f"(closest similarity {promoted['similarity'].max():.2f}); after: the promoted cases pass "
+        f"{passes}/{total} = {passes / total:.2f} [{low:.2f}, {high:.2f}] of judge samples",
+        "outcome": "reproduced" if reproduced else "not reproduced by this judge",
+        "p_value": p_value,
+        "evidence": "; ".join(
+            f"{row.case} ({text_digest(row.answer)})" for row in judged.drop_duplicates("case").itertuples()
+        ),
+    }
