@@ -10,7 +10,7 @@ SMOLLM_STAMP := $(VENV)/.smollm-installed
 LIVE ?= 0
 RECORD_MODE := $(if $(filter 1,$(LIVE)),auto,replay)
 
-.PHONY: report test models lint benchmark chromium
+.PHONY: report test models lint benchmark chromium web evalsets
 
 # The kernel is installed as python3, the one kernel name everywhere (notebooks, papermill, README:
 # helpers.KERNEL_NAME); the old name "workbook" is removed from venvs that have it.
@@ -49,6 +49,16 @@ test: $(SMOLLM_STAMP) chromium lint
 # ruff: pycodestyle, pyflakes, isort, bugbear, pyupgrade and mccabe complexity (ruff.toml), then the formatter.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# ADK's tools read eval sets from the agent's own folder: link data/evalsets there (git-ignored links;
+# data/evalsets stays the source). Every run_eval also does this when it writes ADK's eval history.
+evalsets: $(REPO_PATH)
+	$(PY) -c 'from workbook.adk_files import link_evalsets; link_evalsets()'
+
+# ADK's own web UI on 127.0.0.1: chat with the archivist, and see the workbook's evalsets and every
+# run_eval's results in its eval tab (replaying recordings unless LIVE=1).
+web: evalsets
+	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(VENV)/bin/adk web --host 127.0.0.1 agents
 
 benchmark: $(MODELS_STAMP)
 	$(PY) benchmarks/bench_models.py

@@ -46,7 +46,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
-workbook.judging (the two steps inside run_eval).
+workbook.judging (the two steps inside run_eval), workbook.adk_files (ADK's own eval-set and
+eval-history files, so `adk web` lists the workbook's evalsets and runs).
 
 Run `python -m helpers report` for what `make report` does.
 """
