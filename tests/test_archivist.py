@@ -62,3 +62,5 @@ def test_notebook_01_runs_in_strict_replay(tmp_path):
     assert "prompt_tokens" in text and "output_tokens" in text
     assert has_image(notebook)
     assert stderr_outputs(notebook) == [] and progress_bar_remnants(notebook) == []  # no warnings, no stale bars
+    # offline, the thinking sweep says why there is nothing to sweep (computed), instead of a no-op
+    assert "**Nothing to sweep:** `local/qwen-0.5b` has no thinking mode, so the budgets [0, 256, 1024]" in text
