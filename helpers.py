@@ -12,6 +12,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
   01_build_the_archivist     workbook.agent          prompt_versions, load_prompt, prompt_diff,
                                                      prompt_overview, build_archivist, chat, ask_each,
                                                      side_by_side
+                             workbook.models         supports_thinking
                              workbook.plots          plot_tokens
   02_rubric_vs_reference     workbook.evalfiles      load_evalset, load_eval_config, with_judge
   batch_eval_run             workbook.lint           lint_evalset, findings_table, Finding
@@ -46,7 +47,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
-workbook.judging (the two steps inside run_eval).
+workbook.judging (the two steps inside run_eval), workbook.adk_files (ADK's own eval-set and
+eval-history files, so `adk web` lists the workbook's evalsets and runs).
 
 Run `python -m helpers report` for what `make report` does.
 """
@@ -119,7 +121,7 @@ from workbook.judge_stats import (
 )
 from workbook.labels import FAILURE_KINDS, read_labels, save_label, scoreboard, with_labels
 from workbook.lint import Finding, findings_table, lint_evalset
-from workbook.models import LocalLlm, RecordedGemini, describe_backend
+from workbook.models import LocalLlm, RecordedGemini, describe_backend, supports_thinking
 
 # Notebook 04: the judge panel, agreement statistics, triage.
 from workbook.panel import judge_panel, triage_items, triage_table
@@ -186,6 +188,7 @@ __all__ = [
     "prompt_versions",
     "side_by_side",
     "plot_tokens",
+    "supports_thinking",
     # 02, batch_eval_run
     "load_eval_config",
     "load_evalset",

@@ -7,6 +7,17 @@ import helpers
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def adk_agents_elsewhere(tmp_path_factory):
+    """Every run_eval writes ADK's EvalSetResult into an agents folder: in tests, a temporary one
+    (WORKBOOK_ADK_AGENTS, inherited by papermill kernels and adk subprocesses), never agents/."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("WORKBOOK_ADK_AGENTS", str(tmp_path_factory.mktemp("adk_agents")))
+    helpers.refresh_settings()
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def fresh_settings():
     """Settings are read once per process: re-read them around each test, whose env may differ."""

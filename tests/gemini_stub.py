@@ -6,23 +6,30 @@ every request it saw, headers included, so tests can check what google-genai sen
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class GeminiStub:
-    def __init__(self, reply_text: str = "Blurryface stands for Tyler Joseph's insecurities."):
+    def __init__(
+        self,
+        reply_text: str = "Blurryface stands for Tyler Joseph's insecurities.",
+        reply_for: Callable[[int, dict], str] | None = None,
+    ):
+        """`reply_for(number, body)`, when given, writes each reply (number counts requests from 0)."""
         self.reply_text = reply_text
+        self.reply_for = reply_for
         self.requests: list[dict] = []
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                number = len(stub.requests)
                 stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                text = stub.reply_for(number, body) if stub.reply_for else stub.reply_text
                 reply = {
-                    "candidates": [
-                        {"content": {"role": "model", "parts": [{"text": stub.reply_text}]}, "finishReason": "STOP"}
-                    ],
+                    "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
                     "usageMetadata": {"promptTokenCount": 42, "candidatesTokenCount": 9, "thoughtsTokenCount": 5},
                     "modelVersion": "stub",
                 }

@@ -1,7 +1,7 @@
 """The lore archivist: prompt versions, the agent, chat, and notebook 01 in strict replay."""
 
 import pytest
-from notebook_runner import has_image, outputs_text, run_notebook
+from notebook_runner import has_image, outputs_text, progress_bar_remnants, run_notebook, stderr_outputs
 
 import helpers
 
@@ -61,3 +61,6 @@ def test_notebook_01_runs_in_strict_replay(tmp_path):
     assert "Who is Blurryface?" in text and "v1" in text and "v4" in text
     assert "prompt_tokens" in text and "output_tokens" in text
     assert has_image(notebook)
+    assert stderr_outputs(notebook) == [] and progress_bar_remnants(notebook) == []  # no warnings, no stale bars
+    # offline, the thinking sweep says why there is nothing to sweep (computed), instead of a no-op
+    assert "**Nothing to sweep:** `local/qwen-0.5b` has no thinking mode, so the budgets [0, 256, 1024]" in text

@@ -9,7 +9,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from notebook_runner import has_image, outputs_text
+from notebook_runner import PROGRESS_BAR, has_image, outputs_text, progress_bar_remnants, stderr_outputs
 
 import helpers
 
@@ -66,6 +66,15 @@ def test_notebook_04_panel_size_heatmap_and_scoreboard(report):
     assert has_image(notebook)  # flip rates, kappa heatmap, pass rates, confusion matrices
     assert "eval: wrong or unverifiable reference fact" in text  # the scoreboard table
     assert "Fleiss' kappa" in text
+
+
+def test_executed_notebooks_and_the_report_carry_no_warnings_or_stale_progress_bars(report):
+    for path in sorted((report["outputs"] / "notebooks").glob("*.ipynb")):
+        notebook = _executed(report, path.stem)
+        assert stderr_outputs(notebook) == [], path.name
+        assert progress_bar_remnants(notebook) == [], path.name
+    html = report["html"].read_text()
+    assert "[EXPERIMENTAL]" not in html and "UserWarning" not in html and not PROGRESS_BAR.search(html)
 
 
 def test_report_html_has_its_sections_and_no_code(report):

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 from pathlib import Path
 
+from workbook.adk_files import CollectedResults, save_eval_history
 from workbook.cassettes import call_log
 from workbook.evalfiles import (
     CONFIGS,
@@ -45,7 +46,8 @@ def run_eval(
 
     One row per (repeat, case, invocation, metric, judge, sample), with every judge sample's raw
     reply and parsed verdict (ADK itself keeps only the winning sample). Writes the table and a
-    meta.json under outputs/runs/<run_id>/.
+    meta.json under outputs/runs/<run_id>/, and ADK's own EvalSetResult into the agent's eval
+    history (agents/lore_archivist/.adk/eval_history), where `adk web` lists it.
     """
     evalset_obj, config_obj = load_evalset(evalset), with_judge(config, judge_model)
     findings = lint_evalset(evalset_obj, config_obj, agent_model=agent.model)
@@ -55,7 +57,8 @@ def run_eval(
         )
     run_id = run_id or f"{evalset_obj.eval_set_id}-{prompt_version or 'agent'}-{timestamp()}"
     started = now()
-    service = eval_service(agent, evalset_obj)
+    adk_results = CollectedResults()
+    service = eval_service(agent, evalset_obj, adk_results)
 
     async def infer_and_judge(calls):
         inferences = await agent_inferences(service, evalset_obj, repeats, parallelism, case_ids)
@@ -82,6 +85,7 @@ def run_eval(
         "lint_findings": len(findings),
         "started": started,
         "ended": now(),
+        "adk_eval_set_result": save_eval_history(adk_results, evalset_obj.eval_set_id),
     }
     write_run(table, meta)
     return table

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbook.quiet import BatchKernelManager
 from workbook.settings import DATA, REPO, WorkbookError, outputs_dir
 from workbook.util import atomic_write, now, progress
 
@@ -62,7 +63,7 @@ def run_grid(grid_file: str | Path = DATA / "report_grid.yaml", force: bool = Fa
     folder.mkdir(parents=True, exist_ok=True)
     jobs = grid_jobs(grid_file)
     results = []
-    bar = progress(total=len(jobs), desc="report grid")
+    bar = progress(total=len(jobs), desc="report grid", unit="notebook")
     try:
         for job in jobs:
             results.append(_run_job(job, folder, force))
@@ -122,6 +123,7 @@ def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
         kernel_name=KERNEL_NAME,
         cwd=str(NOTEBOOKS),
         progress_bar=False,
+        kernel_manager_class=BatchKernelManager,  # no TCP warning, no stale progress bars
     )
     seconds = round(time.perf_counter() - started, 1)
     atomic_write(marker, json.dumps({"fingerprint": fingerprint, "finished": now(), "seconds": seconds}))

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from google.adk.agents import LlmAgent
     from google.adk.evaluation.base_eval_service import InferenceResult
     from google.adk.evaluation.eval_set import EvalSet
+    from google.adk.evaluation.eval_set_results_manager import EvalSetResultsManager
     from google.adk.evaluation.local_eval_service import LocalEvalService
 
 import asyncio
@@ -22,8 +23,13 @@ from workbook.cassettes import tag_calls
 from workbook.util import progress
 
 
-def eval_service(agent: LlmAgent | None, evalset: EvalSet) -> LocalEvalService:
-    """Return ADK's LocalEvalService for an agent (None: judging only) over an in-memory evalset."""
+def eval_service(
+    agent: LlmAgent | None, evalset: EvalSet, results: EvalSetResultsManager | None = None
+) -> LocalEvalService:
+    """Return ADK's LocalEvalService for an agent (None: judging only) over an in-memory evalset.
+
+    `results`, when given, receives every EvalCaseResult the service makes (ADK's own hook).
+    """
     from google.adk.evaluation.in_memory_eval_sets_manager import InMemoryEvalSetsManager
     from google.adk.evaluation.local_eval_service import LocalEvalService
 
@@ -31,7 +37,7 @@ def eval_service(agent: LlmAgent | None, evalset: EvalSet) -> LocalEvalService:
     manager.create_eval_set(APP_NAME, evalset.eval_set_id)
     for case in evalset.eval_cases:
         manager.add_eval_case(APP_NAME, evalset.eval_set_id, case)
-    return LocalEvalService(root_agent=agent, eval_sets_manager=manager)
+    return LocalEvalService(root_agent=agent, eval_sets_manager=manager, eval_set_results_manager=results)
 
 
 async def agent_inferences(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from google.adk.models._capabilities import LlmCapabilities
 
+import re
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -91,6 +92,12 @@ def describe_backend(model: str) -> str:
         f"{model} via {kind}; record mode {current.workbook_record_mode!r}, "
         f"cassettes in {shown_path(current.workbook_recordings)}"
     )
+
+
+def supports_thinking(model: str) -> bool:
+    """Return whether `model` has a thinking mode that a thinking budget changes (Gemini 2.5 and later;
+    no local model here has one)."""
+    return re.match(r"gemini-(2\.5|[3-9])", model) is not None
 
 
 def reply_to_llm_response(reply: dict) -> LlmResponse:

@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     workbook_model_cache: Path = Path.home() / ".cache" / "adk-eval-workbook"
     workbook_gguf: Path | None = None  # the file behind `local/custom`
     workbook_outputs: Path = REPO / "outputs"  # executed notebooks, run tables, report.html
+    workbook_adk_agents: Path = REPO / "agents"  # ADK agent packages: adk web reads eval sets and history there
+    workbook_progress: bool = True  # progress bars; batch kernels (make report, tests) set it off
     workbook_threads: int = max(1, os.cpu_count() or 1)
     workbook_n_ctx: int = 8192
 

@@ -113,11 +113,14 @@ def run_sync(coroutine: Awaitable) -> Any:
     return result["value"]
 
 
-def progress(total: int, desc: str) -> tqdm:
-    """Return a tqdm progress bar counting cases (closes itself from the notebook when done)."""
+def progress(total: int, desc: str, unit: str = "case") -> tqdm:
+    """Return a tqdm progress bar counting `unit`s that clears itself when closed; a silent one when
+    WORKBOOK_PROGRESS is off (batch kernels: papermill would keep a stale "0%" in the notebook)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="case", leave=False)
+    from workbook.settings import settings
+
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, disable=not settings().workbook_progress)
 
 
 def show(table: pd.DataFrame, caption: str) -> None:
