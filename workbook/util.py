@@ -13,6 +13,7 @@ import asyncio
 import contextvars
 import hashlib
 import os
+import tempfile
 import threading
 from collections.abc import Awaitable
 from datetime import UTC, datetime
@@ -49,9 +50,15 @@ def file_digest(path: Path) -> str:
 
 def atomic_write(path: Path, text: str) -> None:
     """Write a text file whole or not at all (a partial file is renamed into place)."""
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    partial = Path(name)  # unique: threads and processes writing the same file never share it
+    os.fchmod(handle, 0o644)  # mkstemp's 0600 would make outputs private
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def append_line(path: Path, line: str) -> None:
