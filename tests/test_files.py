@@ -13,6 +13,66 @@ from conftest import REPO, setenv
 import helpers
 from workbook.weights import LOCAL_MODELS, local_model_path
 
+ROW = {"conversation": "breach_sequel", "turn": 1, "model": "local/qwen-0.5b", "prompt_version": "v2"}
+
+
+@pytest.fixture
+def labels_dir(tmp_path, monkeypatch):
+    setenv(monkeypatch, WORKBOOK_LABELS=str(tmp_path / "labels"))
+    return tmp_path / "labels"
+
+
+NOTES = [
+    "first line\nsecond line",
+    'she said "no", then left',
+    "a, b, and c",
+    "windows\r\nline end",
+    '"\n,\n"',
+    "",
+]
+
+
+def test_label_notes_round_trip_any_text(labels_dir):
+    for number, note in enumerate(NOTES):
+        helpers.save_label({**ROW, "answer_digest": f"d{number}"}, "fail", "agent_outdated_knowledge", note)
+    labels = helpers.read_labels()
+    assert labels.note.tolist() == NOTES
+    assert labels.answer_digest.tolist() == [f"d{number}" for number in range(len(NOTES))]
+
+
+def test_a_hand_edited_row_is_a_checksum_mismatch_naming_file_and_line(labels_dir):
+    helpers.save_label({**ROW, "answer_digest": "d1"}, "pass", note="two\nlines")
+    helpers.save_label({**ROW, "answer_digest": "d2"}, "pass")
+    path = labels_dir / "archivist.csv"
+    path.write_text(path.read_text().replace(",d2,pass,", ",d2,fail,"))
+    with pytest.raises(helpers.LabelFileError, match=r"archivist.csv line 4: checksum mismatch.*edited") as error:
+        helpers.read_labels()
+    assert "torn" not in str(error.value)
+
+
+def test_a_row_with_an_unquoted_comma_is_refused_with_its_line(labels_dir):
+    helpers.save_label({**ROW, "answer_digest": "d1"}, "pass", note="fine")
+    path = labels_dir / "archivist.csv"
+    path.write_text(path.read_text().replace(",fine,", ",fine, really,"))
+    with pytest.raises(helpers.LabelFileError, match=r"archivist.csv line 2: 13 fields, expected 12"):
+        helpers.read_labels()
+
+
+@pytest.mark.parametrize(
+    ("first_line", "problem"),
+    [(None, "has no header line"), ("labelled_at,who,verdict", r"has the wrong header \(missing: labeller")],
+)
+def test_a_file_without_the_header_is_refused_with_the_fix(labels_dir, first_line, problem):
+    helpers.save_label({**ROW, "answer_digest": "d1"}, "pass")
+    path = labels_dir / "archivist.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[1:]) if first_line is None else first_line + "\n" + "".join(lines[1:]))
+    fix = r"line 1 must be exactly: labelled_at,labeller,battery"
+    with pytest.raises(helpers.LabelFileError, match=rf"archivist.csv {problem}.*{fix}"):
+        helpers.read_labels()
+    with pytest.raises(helpers.LabelFileError, match=problem):  # nor is a label appended to it
+        helpers.save_label({**ROW, "answer_digest": "d2"}, "pass")
+
 
 @pytest.mark.parametrize(
     ("make", "problem"),

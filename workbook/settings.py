@@ -39,6 +39,10 @@ class BatteryError(WorkbookError):
     """A battery YAML file does not match the expected schema."""
 
 
+class LabelFileError(WorkbookError):
+    """A label CSV file lacks its header or holds a row edited by hand; the message names file and line."""
+
+
 class Settings(BaseSettings):
     """Workbook settings, read from the environment and an optional .env file."""
 
