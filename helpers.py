@@ -42,7 +42,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
   05_comparison_report       workbook.report_views   run_overview, version_pass_rates, version_changes,
                                                      cost_by_version
                              workbook.plots          plot_version_pass_rates
-  `make report`              workbook.grid           grid_jobs, run_grid, export_report, report_main
+  `make report`              workbook.grid_file      grid_jobs (the grid file, validated up front)
+                             workbook.grid           run_grid, export_report, report_main
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
@@ -106,7 +107,8 @@ from workbook.findings import (
 )
 
 # `make report`: the papermill grid and the HTML report.
-from workbook.grid import KERNEL_NAME, export_report, grid_jobs, report_main, run_grid
+from workbook.grid import KERNEL_NAME, export_report, report_main, run_grid
+from workbook.grid_file import grid_jobs
 from workbook.judge_stats import (
     calibrate_cv,
     cluster_bootstrap,
@@ -141,6 +143,7 @@ from workbook.settings import (
     BatteryError,
     CredentialsError,
     EvalFileError,
+    GridFileError,
     LabelFileError,
     MissingModelError,
     ReplayMissError,
@@ -162,6 +165,7 @@ __all__ = [
     "BatteryError",
     "CredentialsError",
     "EvalFileError",
+    "GridFileError",
     "LabelFileError",
     "MissingModelError",
     "ReplayMissError",

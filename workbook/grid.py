@@ -3,60 +3,24 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from workbook.settings import DATA, REPO, WorkbookError, outputs_dir
+from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs
+from workbook.settings import REPO, outputs_dir
 from workbook.util import atomic_write, now, progress
 
-NOTEBOOKS = REPO / "notebooks"
 # The one kernel name: the notebooks' kernelspec, papermill, the lab test and `make` (ipykernel install).
 KERNEL_NAME = "python3"
-_SECRET_NAMES = re.compile(r"key|token|secret|password|credential", re.I)
 
 
-@dataclass(frozen=True)
-class NotebookJob:
-    """One papermill execution: a notebook, its parameters, and where its output goes."""
-
-    notebook: str
-    parameters: dict
-    name: str  # output stem under outputs/notebooks/
-
-
-def grid_jobs(grid_file: str | Path = DATA / "report_grid.yaml") -> list[NotebookJob]:
-    """Return the notebook runs that `make report` executes, in order, from the grid YAML."""
-    import yaml
-
-    path = Path(grid_file)
-    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    jobs = [NotebookJob(name, {}, Path(name).stem) for name in spec.get("teaching_notebooks", [])]
-    grid = spec.get("grid")
-    if grid:
-        keys = list(grid["vary"])
-        for values in itertools.product(*(grid["vary"][key] for key in keys)):
-            parameters = {**grid.get("fixed", {}), **dict(zip(keys, values, strict=True))}
-            slug = "__".join(f"{key}={_slug(value)}" for key, value in zip(keys, values, strict=True))
-            parameters["run_id"] = f"grid__{slug}"
-            jobs.append(NotebookJob(grid["notebook"], parameters, f"{Path(grid['notebook']).stem}__{slug}"))
-    for job in jobs:
-        _check_job(path, job)
-    if spec.get("report"):
-        jobs.append(NotebookJob(spec["report"], {}, Path(spec["report"]).stem))
-    return jobs
-
-
-def run_grid(grid_file: str | Path = DATA / "report_grid.yaml", force: bool = False) -> list[dict]:
+def run_grid(grid_file: str | Path = DEFAULT_GRID, force: bool = False) -> list[dict]:
     """Execute every job of the grid with papermill, skipping finished ones; return what happened.
 
     A job is finished when its .done.json matches the notebook's current content and parameters
     and the workbook's code. An interrupted job has no .done.json and runs again; its model calls
-    replay from the cassettes.
+    replay from the cassettes. The grid file is validated before any job runs.
     """
     folder = outputs_dir() / "notebooks"
     folder.mkdir(parents=True, exist_ok=True)
@@ -126,17 +90,3 @@ def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
     seconds = round(time.perf_counter() - started, 1)
     atomic_write(marker, json.dumps({"fingerprint": fingerprint, "finished": now(), "seconds": seconds}))
     return {"job": job.name, "status": "ran", "seconds": seconds}
-
-
-def _check_job(path: Path, job: NotebookJob) -> None:
-    secret = [name for name in job.parameters if _SECRET_NAMES.search(name)]
-    if secret:
-        raise WorkbookError(
-            f"{path}: parameter {secret[0]!r} looks like a secret; put secrets in .env, never in the grid"
-        )
-    if not (NOTEBOOKS / job.notebook).exists():
-        raise WorkbookError(f"{path}: notebook {job.notebook!r} is not in notebooks/")
-
-
-def _slug(value: Any) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]+", "-", str(value).removeprefix("local/")).strip("-")

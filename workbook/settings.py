@@ -43,6 +43,10 @@ class LabelFileError(WorkbookError):
     """A label CSV file lacks its header or holds a row edited by hand; the message names file and line."""
 
 
+class GridFileError(WorkbookError):
+    """The report grid file is malformed; the message names file, key or line and the fix."""
+
+
 class Settings(BaseSettings):
     """Workbook settings, read from the environment and an optional .env file."""
 
