@@ -47,7 +47,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
-workbook.judging (the two steps inside run_eval).
+workbook.judging (the two steps inside run_eval), workbook.inputs (which data files and recordings a
+report job read).
 
 Run `python -m helpers report` for what `make report` does.
 """
@@ -275,6 +276,7 @@ __all__ = [
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] != ["report"]:
-        raise SystemExit("usage: python -m helpers report")
-    report_main()
+    commands = {"report": report_main}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        raise SystemExit("usage: python -m helpers report [grid.yaml] [--force]")
+    commands[sys.argv[1]](sys.argv[2:])

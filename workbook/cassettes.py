@@ -18,6 +18,7 @@ from filelock import FileLock
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
+from workbook.inputs import note_recording
 from workbook.settings import RecordMode, ReplayMissError, settings
 from workbook.util import append_line, now, text_of
 
@@ -135,6 +136,7 @@ class CassetteStore:
             seed = _seed_for(digest, occurrence)
             reply = {**await live_call(seed), "seed": seed, "replayed": False}
             self._append(cassette, request, digest, occurrence, reply)
+        note_recording(cassette, digest, occurrence)  # a report job reruns when a recording it used changes
         reply = {**reply, "digest": digest, "occurrence": occurrence}
         entry = {**(_call_tags.get() or {}), "model": request["model"], "request": request, **reply}
         for opened in _open_logs.get():

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import time
 from pathlib import Path
 
-from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs
+from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs, read_grid_file
+from workbook.inputs import READ_LOG_VARIABLE, changed_inputs, input_record
 from workbook.settings import REPO, outputs_dir
-from workbook.util import atomic_write, now, progress
+from workbook.util import atomic_write, environment, now, progress
 
 # The one kernel name: the notebooks' kernelspec, papermill, the lab test and `make` (ipykernel install).
 KERNEL_NAME = "python3"
 
 
 def run_grid(grid_file: str | Path = DEFAULT_GRID, force: bool = False) -> list[dict]:
-    """Execute every job of the grid with papermill, skipping finished ones; return what happened.
+    """Execute every job of the grid with papermill, skipping finished ones; return what happened
+    (job, status, why it ran, seconds).
 
-    A job is finished when its .done.json matches the notebook's current content and parameters
-    and the workbook's code. An interrupted job has no .done.json and runs again; its model calls
-    replay from the cassettes. The grid file is validated before any job runs.
+    A job is finished when its .done.json matches the notebook's current content and parameters,
+    the workbook's code, and every data file and recording the job read when it ran (see
+    workbook.inputs). An interrupted job has no .done.json and runs again; its model calls replay
+    from the cassettes. The grid file is validated before any job runs.
     """
     folder = outputs_dir() / "notebooks"
     folder.mkdir(parents=True, exist_ok=True)
@@ -50,14 +54,22 @@ def export_report(executed: str | Path | None = None, target: str | Path | None 
     return target
 
 
-def report_main() -> None:
-    """`make report`: run the grid (replaying recordings unless LIVE=1) and write outputs/report.html."""
+def report_main(argv: list[str] | None = None) -> None:
+    """`make report`: run the grid (replaying recordings unless LIVE=1) and write outputs/report.html;
+    `python -m helpers report [grid.yaml] [--force]`."""
+    parser = argparse.ArgumentParser(prog="python -m helpers report", description=report_main.__doc__)
+    parser.add_argument("grid_file", nargs="?", default=str(DEFAULT_GRID), help="the grid YAML")
+    parser.add_argument("--force", action="store_true", help="rerun finished jobs too")
+    args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = run_grid()
-    path = export_report()
+    results = run_grid(args.grid_file, force=args.force)
     for result in results:
-        print(f"  {result['status']:<26} {result['seconds']:>7.1f}s  {result['job']}")
-    print(f"Report written in {time.perf_counter() - started:.0f}s: {path}")
+        why = f"  ({result['reason']})" if result.get("reason") else ""
+        print(f"  {result['status']:<26} {result['seconds']:>7.1f}s  {result['job']}{why}")
+    report = read_grid_file(Path(args.grid_file)).get("report")
+    if report:
+        path = export_report(outputs_dir() / "notebooks" / f"{Path(report).stem}.ipynb")
+        print(f"Report written in {time.perf_counter() - started:.0f}s: {path}")
 
 
 def job_fingerprint(job: NotebookJob) -> str:
@@ -70,23 +82,44 @@ def job_fingerprint(job: NotebookJob) -> str:
     return hashlib.sha256(payload).hexdigest()[:16]
 
 
+def rerun_reason(job: NotebookJob, folder: Path) -> str | None:
+    """Return why a job must run (never ran, its notebook or code changed, an input it read changed),
+    or None when its .done.json in `folder` is current and `make report` skips it."""
+    marker = folder / f"{job.name}.done.json"
+    if not marker.exists():
+        return "not finished before"
+    done = json.loads(marker.read_text())
+    if done.get("fingerprint") != job_fingerprint(job):
+        return "notebook, parameters or workbook code changed"
+    if "inputs" not in done:
+        return "finished before inputs were tracked"
+    changed = changed_inputs(done["inputs"])
+    if changed:
+        return "changed: " + ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return None
+
+
 def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
     import papermill
 
     output, marker = folder / f"{job.name}.ipynb", folder / f"{job.name}.done.json"
-    fingerprint = job_fingerprint(job)
-    if not force and marker.exists() and json.loads(marker.read_text()).get("fingerprint") == fingerprint:
-        return {"job": job.name, "status": "skipped (finished earlier)", "seconds": 0.0}
+    reason = "forced" if force else rerun_reason(job, folder)
+    if reason is None:
+        return {"job": job.name, "status": "skipped (finished earlier)", "seconds": 0.0, "reason": ""}
     marker.unlink(missing_ok=True)
+    read_log = folder / f"{job.name}.reads.jsonl"  # the kernel notes every data file and recording it reads
+    read_log.unlink(missing_ok=True)
     started = time.perf_counter()
-    papermill.execute_notebook(
-        str(NOTEBOOKS / job.notebook),
-        str(output),
-        parameters=job.parameters,
-        kernel_name=KERNEL_NAME,
-        cwd=str(NOTEBOOKS),
-        progress_bar=False,
-    )
+    with environment(**{READ_LOG_VARIABLE: str(read_log)}):
+        papermill.execute_notebook(
+            str(NOTEBOOKS / job.notebook),
+            str(output),
+            parameters=job.parameters,
+            kernel_name=KERNEL_NAME,
+            cwd=str(NOTEBOOKS),
+            progress_bar=False,
+        )
     seconds = round(time.perf_counter() - started, 1)
-    atomic_write(marker, json.dumps({"fingerprint": fingerprint, "finished": now(), "seconds": seconds}))
-    return {"job": job.name, "status": "ran", "seconds": seconds}
+    done = {"fingerprint": job_fingerprint(job), "finished": now(), "seconds": seconds}
+    atomic_write(marker, json.dumps({**done, "inputs": input_record(read_log)}, indent=1))
+    return {"job": job.name, "status": "ran", "seconds": seconds, "reason": reason}

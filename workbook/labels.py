@@ -19,6 +19,7 @@ from typing import Literal
 
 from filelock import FileLock
 
+from workbook.inputs import note_read
 from workbook.settings import LabelFileError, WorkbookError, labels_dir
 from workbook.util import append_line
 
@@ -123,6 +124,7 @@ HEADER = ",".join(LABEL_COLUMNS)
 
 def _label_rows(path: Path) -> list[dict]:
     """The checked rows of a label file, read as one CSV document (a quoted note may span lines)."""
+    note_read(path)
     with open(path, newline="", encoding="utf-8") as handle:
         records = csv.reader(handle)
         first = next(records, None)
