@@ -44,13 +44,15 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.plots          plot_version_pass_rates
   `make report`              workbook.grid_file      grid_jobs (the grid file, validated up front)
                              workbook.grid           run_grid, export_report, report_main
+  `make plan`                workbook.plan           plan_run, plan_summary, format_plan, plan_main
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
 workbook.judging (the two steps inside run_eval), workbook.inputs (which data files and recordings a
-report job read).
+report job read), workbook.planning (record mode `plan`).
 
-Run `python -m helpers report` for what `make report` does.
+Run `python -m helpers report` for what `make report` does, `python -m helpers plan` for what it would
+call (`python -m helpers plan notebooks/02_rubric_vs_reference.ipynb -p repeats 3` for one notebook).
 """
 
 # isort: off  (grouped by notebook, in course order)
@@ -126,6 +128,7 @@ from workbook.models import LocalLlm, RecordedGemini, describe_backend
 
 # Notebook 04: the judge panel, agreement statistics, triage.
 from workbook.panel import judge_panel, triage_items, triage_table
+from workbook.plan import format_plan, plan_main, plan_run, plan_summary
 from workbook.plots import (
     plot_case_scores,
     plot_confusion,
@@ -271,12 +274,19 @@ __all__ = [
     "grid_jobs",
     "report_main",
     "run_grid",
+    # make plan
+    "format_plan",
+    "plan_main",
+    "plan_run",
+    "plan_summary",
 ]
 
 if __name__ == "__main__":
     import sys
 
-    commands = {"report": report_main}
+    commands = {"report": report_main, "plan": plan_main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        raise SystemExit("usage: python -m helpers report [grid.yaml] [--force]")
+        raise SystemExit(
+            "usage: python -m helpers report [grid.yaml] | plan [grid.yaml | notebook.ipynb -p NAME VALUE ...]"
+        )
     commands[sys.argv[1]](sys.argv[2:])

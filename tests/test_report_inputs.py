@@ -1,6 +1,7 @@
 """`python -m helpers report` on a small grid in a temporary copy of the repository, in strict replay of
-the committed recordings: a job reruns when a data file it read changed and only then, and a report killed with SIGKILL midway ends, after a rerun, with the run tables of an
-uninterrupted report."""
+the committed recordings: a job reruns when a data file it read changed and only then, a plan names
+what would run, and a report killed with SIGKILL midway ends, after a rerun, with the run tables of an
+uninterrupted report. (What `plan` says about a grid with stale jobs: tests/test_plan.py.)"""
 
 import json
 import os
@@ -42,7 +43,8 @@ def copy(tmp_path_factory):
     (root / "data" / "evalsets" / "small.evalset.json").write_text(json.dumps(small))
     (root / "grid.yaml").write_text(SMALL_GRID)
     first = _helpers(root, "report", "grid.yaml", outputs=root / "first")
-    return {"root": root, "first": first}
+    plan = _helpers(root, "plan", "grid.yaml", outputs=root / "first")
+    return {"root": root, "first": first, "plan": plan}
 
 
 def _environment(root, outputs):
@@ -90,6 +92,8 @@ def test_the_first_report_runs_every_job_and_notes_what_each_read(copy):
     assert set(used) == {"data/recordings/local_qwen-0.5b.jsonl", "data/recordings/local_qwen-1.5b.jsonl"}
     assert [len(used[cassette]["keys"]) for cassette in sorted(used)] == [2, 6]  # 2 answers, 2 x 3 judge samples
     assert not (copy["root"] / "no-model-cache").exists()  # strict replay: no weights were ever touched
+    assert copy["plan"].count("skipped: finished, inputs unchanged") == 3
+    assert "No job would call a model" in copy["plan"]
 
 
 def test_editing_a_recording_a_job_used_reruns_it(copy):

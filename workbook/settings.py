@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"
 
-RecordMode = Literal["auto", "replay", "live"]
+RecordMode = Literal["auto", "replay", "live", "plan"]  # plan: count misses, call nothing
 
 
 class WorkbookError(Exception):
@@ -86,8 +86,8 @@ def refresh_settings() -> Settings:
 def use_record_mode(mode: str = "") -> str:
     """Return the record mode now in force, after setting it for this process ('' keeps WORKBOOK_RECORD_MODE)."""
     if mode:
-        if mode not in ("auto", "replay", "live"):
-            raise WorkbookError(f"record mode must be auto, replay or live, not {mode!r}")
+        if mode not in ("auto", "replay", "live", "plan"):
+            raise WorkbookError(f"record mode must be auto, replay, live or plan, not {mode!r}")
         os.environ["WORKBOOK_RECORD_MODE"] = mode
     return refresh_settings().workbook_record_mode
 
