@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from workbook.settings import REPO
+from workbook.util import shown_path
 
 READ_LOG_VARIABLE = "WORKBOOK_READ_LOG"
 _noted: set[tuple[str, str]] = set()  # (read log, note) already written by this process
@@ -46,9 +47,9 @@ def input_record(read_log: Path) -> dict:
         except json.JSONDecodeError:
             continue  # a line cut short by a killed kernel; the job reruns anyway
         if "file" in note:
-            files.add(_shown(note["file"]))
+            files.add(shown_path(note["file"]))
         else:
-            keys[_shown(note["recording"])].add(tuple(note["key"]))
+            keys[shown_path(note["recording"])].add(tuple(note["key"]))
     recordings = {}
     for cassette, used in sorted(keys.items()):
         ordered = sorted(used)
@@ -75,12 +76,6 @@ def _note(note: dict) -> None:
         _noted.add((target, line))
         with open(target, "a", encoding="utf-8") as log:
             log.write(line + "\n")
-
-
-def _shown(path: str) -> str:
-    """A path relative to the repository when inside it (portable .done.json files), else absolute."""
-    resolved = Path(path)
-    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(resolved)
 
 
 def _path_digest(shown: str) -> str:

@@ -27,7 +27,7 @@ from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs
 from workbook.judge_formats import reply_kind
 from workbook.planning import PLAN_LOG_VARIABLE
 from workbook.settings import GridFileError, outputs_dir, settings
-from workbook.util import environment
+from workbook.util import environment, shown_path
 
 
 @dataclass
@@ -57,7 +57,7 @@ def plan_run(target: str | Path | None = None, parameters: dict | None = None, e
         reasons = {jobs[0].name: "asked for"}
     else:
         raise GridFileError(f"{target}: plan a grid file (.yaml) or a notebook (.ipynb)")
-    plan = Plan(str(target))
+    plan = Plan(shown_path(target))
     with tempfile.TemporaryDirectory(prefix="workbook-plan-") as scratch:
         outputs = Path(scratch) / "outputs"
         if (outputs_dir() / "runs").is_dir():  # the report notebook reads the runs of earlier jobs
