@@ -10,7 +10,7 @@ SMOLLM_STAMP := $(VENV)/.smollm-installed
 LIVE ?= 0
 RECORD_MODE := $(if $(filter 1,$(LIVE)),auto,replay)
 
-.PHONY: report test models lint benchmark chromium web evalsets git-filter
+.PHONY: report plan test models lint benchmark chromium web evalsets git-filter
 
 # pip, quiet: no version check, and none of the "WARNING: Location '...' is ignored" notices pip prints
 # for every package when a machine's pip.conf names index folders that lack it. Every other line pip
@@ -60,6 +60,11 @@ models: $(MODELS_STAMP)
 
 report: $(REPO_PATH) $(if $(filter 1,$(LIVE)),$(MODELS_STAMP))
 	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(PY) -m helpers report
+
+# What `make report` would replay and what it would have to record (per model, with live minutes), calling
+# no model. PLAN="notebooks/02_rubric_vs_reference.ipynb -p repeats 3" plans one notebook instead.
+plan: $(REPO_PATH)
+	$(PY) -m helpers plan $(PLAN)
 
 test: $(SMOLLM_STAMP) chromium lint
 	$(PY) -m pytest -q tests

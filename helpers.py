@@ -43,14 +43,18 @@ Every name below is re-exported from the `workbook` package, one concern per mod
   05_comparison_report       workbook.report_views   run_overview, version_pass_rates, version_changes,
                                                      cost_by_version
                              workbook.plots          plot_version_pass_rates
-  `make report`              workbook.grid           grid_jobs, run_grid, export_report, report_main
+  `make report`              workbook.grid_file      grid_jobs (the grid file, validated up front)
+                             workbook.grid           run_grid, export_report, report_main
+  `make plan`                workbook.plan           plan_run, plan_summary, format_plan, plan_main
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
 workbook.judging (the two steps inside run_eval), workbook.adk_files (ADK's own eval-set and
-eval-history files, so `adk web` lists the workbook's evalsets and runs).
+eval-history files, so `adk web` lists the workbook's evalsets and runs), workbook.inputs (which data
+files and recordings a report job read), workbook.planning (record mode `plan`).
 
-Run `python -m helpers report` for what `make report` does.
+Run `python -m helpers report` for what `make report` does, `python -m helpers plan` for what it would
+call (`python -m helpers plan notebooks/02_rubric_vs_reference.ipynb -p repeats 3` for one notebook).
 """
 
 # isort: off  (grouped by notebook, in course order)
@@ -108,7 +112,8 @@ from workbook.findings import (
 )
 
 # `make report`: the papermill grid and the HTML report.
-from workbook.grid import KERNEL_NAME, export_report, grid_jobs, report_main, run_grid
+from workbook.grid import KERNEL_NAME, export_report, report_main, run_grid
+from workbook.grid_file import grid_jobs
 from workbook.judge_stats import (
     calibrate_cv,
     cluster_bootstrap,
@@ -125,6 +130,7 @@ from workbook.models import LocalLlm, RecordedGemini, describe_backend, supports
 
 # Notebook 04: the judge panel, agreement statistics, triage.
 from workbook.panel import judge_panel, triage_items, triage_table
+from workbook.plan import format_plan, plan_main, plan_run, plan_summary
 from workbook.plots import (
     plot_case_scores,
     plot_confusion,
@@ -143,6 +149,8 @@ from workbook.settings import (
     BatteryError,
     CredentialsError,
     EvalFileError,
+    GridFileError,
+    LabelFileError,
     MissingModelError,
     ReplayMissError,
     WorkbookError,
@@ -163,6 +171,8 @@ __all__ = [
     "BatteryError",
     "CredentialsError",
     "EvalFileError",
+    "GridFileError",
+    "LabelFileError",
     "MissingModelError",
     "ReplayMissError",
     "WorkbookError",
@@ -267,11 +277,19 @@ __all__ = [
     "grid_jobs",
     "report_main",
     "run_grid",
+    # make plan
+    "format_plan",
+    "plan_main",
+    "plan_run",
+    "plan_summary",
 ]
 
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] != ["report"]:
-        raise SystemExit("usage: python -m helpers report")
-    report_main()
+    commands = {"report": report_main, "plan": plan_main}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        raise SystemExit(
+            "usage: python -m helpers report [grid.yaml] | plan [grid.yaml | notebook.ipynb -p NAME VALUE ...]"
+        )
+    commands[sys.argv[1]](sys.argv[2:])

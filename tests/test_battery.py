@@ -81,7 +81,8 @@ def test_an_edited_row_fails_its_checksum(labels_dir):
     helpers.save_label(_answers().iloc[0], "pass", labeller="ana")
     path = labels_dir / "archivist.csv"
     path.write_text(path.read_text().replace(",pass,", ",fail,"))
-    assert helpers.read_labels().empty
+    with pytest.raises(helpers.LabelFileError, match="archivist.csv line 2: checksum mismatch"):
+        helpers.read_labels()
 
 
 def test_bad_verdict_or_kind_is_refused(labels_dir):

@@ -17,6 +17,7 @@ from pathlib import Path
 from google.genai import types
 
 import workbook.models  # noqa: F401  (registers the local/... and recorded gemini-* model classes)
+from workbook.inputs import note_read
 from workbook.settings import DATA, WorkbookError, settings
 from workbook.util import run_sync, wrapped
 
@@ -36,16 +37,17 @@ class PromptVersion:
 
 def prompt_versions() -> list[str]:
     """Return the archivist prompt versions found in data/prompts, oldest first."""
+    note_read(PROMPTS)  # the list of versions: a new one reruns the report jobs that listed them
     found = [path.stem.removeprefix("archivist_") for path in PROMPTS.glob("archivist_v*.md")]
     return sorted(found, key=lambda version: int(version[1:]))
 
 
 def load_prompt(version: str) -> PromptVersion:
     """Return a prompt version: its header comment and the instruction the model receives."""
-    known = prompt_versions()
-    if version not in known:
-        raise WorkbookError(f"Unknown prompt version {version!r}; data/prompts has {', '.join(known)}")
     path = PROMPTS / f"archivist_{version}.md"
+    if not re.fullmatch(r"v\d+", version) or not path.is_file():
+        raise WorkbookError(f"Unknown prompt version {version!r}; data/prompts has {', '.join(prompt_versions())}")
+    note_read(path)
     text = path.read_text(encoding="utf-8")
     match = re.match(r"\s*<!--(.*?)-->\s*", text, flags=re.S)
     if not match:

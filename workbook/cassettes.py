@@ -18,6 +18,8 @@ from filelock import FileLock
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
+from workbook.inputs import note_recording
+from workbook.planning import planned_reply
 from workbook.settings import RecordMode, ReplayMissError, settings
 from workbook.util import append_line, now, text_of
 
@@ -127,7 +129,9 @@ class CassetteStore:
             self._seen[digest] += 1
         cassette = self.cassette_path(request["model"])
         recorded = None if self.mode == "live" else self._entries(cassette).get((digest, occurrence))
-        if recorded is not None:
+        if self.mode == "plan":  # `python -m helpers plan`: count it, never call a model, never write
+            reply = planned_reply(request, digest, occurrence, recorded)
+        elif recorded is not None:
             reply = {**recorded["reply"], "replayed": True}
         elif self.mode == "replay":
             raise ReplayMissError(_miss_message(request, digest, occurrence, cassette))
@@ -135,6 +139,8 @@ class CassetteStore:
             seed = _seed_for(digest, occurrence)
             reply = {**await live_call(seed), "seed": seed, "replayed": False}
             self._append(cassette, request, digest, occurrence, reply)
+        if self.mode != "plan":
+            note_recording(cassette, digest, occurrence)  # a report job reruns when a recording it used changes
         reply = {**reply, "digest": digest, "occurrence": occurrence}
         entry = {**(_call_tags.get() or {}), "model": request["model"], "request": request, **reply}
         for opened in _open_logs.get():

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from workbook.inputs import note_read
 from workbook.settings import DATA, REPO, EvalFileError, WorkbookError
 from workbook.util import file_digest
 
@@ -51,6 +52,8 @@ def data_file(
     if must_exist and not path.exists():
         known = sorted(p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}"))
         raise error(f"{path}: no such file; {folder.relative_to(REPO)} has {', '.join(known)}")
+    if path.exists():
+        note_read(path)  # a report job reruns when a file it read changes
     return path
 
 

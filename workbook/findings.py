@@ -18,6 +18,7 @@ from google.genai import types
 from workbook.agent import load_prompt
 from workbook.cassettes import reset_occurrences
 from workbook.evals import judge_answers
+from workbook.inputs import note_read
 from workbook.judge_stats import wilson
 from workbook.runs import provenance
 from workbook.settings import DATA, WorkbookError, runs_dir
@@ -263,7 +264,10 @@ def read_findings() -> pd.DataFrame:
     """Return every findings row written under the runs folder, in finding order (F1..F9)."""
     import pandas as pd
 
+    note_read(runs_dir())  # a report job reruns when the findings it read changed
     paths = sorted(runs_dir().glob("*/findings.csv"))
+    for path in paths:
+        note_read(path)
     if not paths:
         return pd.DataFrame(columns=["source", *FINDINGS_COLUMNS])
     table = pd.concat([pd.read_csv(p).assign(source=p.parent.name) for p in paths], ignore_index=True)
@@ -282,6 +286,7 @@ def _yaml(path: Path) -> dict:
 
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        note_read(path)  # frozen answers, experiments: a report job reruns when they change
     except FileNotFoundError:
         raise ExperimentError(f"{path}: file not found") from None
     except yaml.YAMLError as error:

@@ -2,62 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
-import itertools
 import json
-import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs, read_grid_file
+from workbook.inputs import READ_LOG_VARIABLE, changed_inputs, input_record
 from workbook.quiet import BatchKernelManager
-from workbook.settings import DATA, REPO, WorkbookError, outputs_dir
-from workbook.util import atomic_write, now, progress
+from workbook.settings import REPO, outputs_dir
+from workbook.util import atomic_write, environment, now, progress
 
-NOTEBOOKS = REPO / "notebooks"
 # The one kernel name: the notebooks' kernelspec, papermill, the lab test and `make` (ipykernel install).
 KERNEL_NAME = "python3"
-_SECRET_NAMES = re.compile(r"key|token|secret|password|credential", re.I)
 
 
-@dataclass(frozen=True)
-class NotebookJob:
-    """One papermill execution: a notebook, its parameters, and where its output goes."""
+def run_grid(grid_file: str | Path = DEFAULT_GRID, force: bool = False) -> list[dict]:
+    """Execute every job of the grid with papermill, skipping finished ones; return what happened
+    (job, status, why it ran, seconds).
 
-    notebook: str
-    parameters: dict
-    name: str  # output stem under outputs/notebooks/
-
-
-def grid_jobs(grid_file: str | Path = DATA / "report_grid.yaml") -> list[NotebookJob]:
-    """Return the notebook runs that `make report` executes, in order, from the grid YAML."""
-    import yaml
-
-    path = Path(grid_file)
-    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    jobs = [NotebookJob(name, {}, Path(name).stem) for name in spec.get("teaching_notebooks", [])]
-    grid = spec.get("grid")
-    if grid:
-        keys = list(grid["vary"])
-        for values in itertools.product(*(grid["vary"][key] for key in keys)):
-            parameters = {**grid.get("fixed", {}), **dict(zip(keys, values, strict=True))}
-            slug = "__".join(f"{key}={_slug(value)}" for key, value in zip(keys, values, strict=True))
-            parameters["run_id"] = f"grid__{slug}"
-            jobs.append(NotebookJob(grid["notebook"], parameters, f"{Path(grid['notebook']).stem}__{slug}"))
-    for job in jobs:
-        _check_job(path, job)
-    if spec.get("report"):
-        jobs.append(NotebookJob(spec["report"], {}, Path(spec["report"]).stem))
-    return jobs
-
-
-def run_grid(grid_file: str | Path = DATA / "report_grid.yaml", force: bool = False) -> list[dict]:
-    """Execute every job of the grid with papermill, skipping finished ones; return what happened.
-
-    A job is finished when its .done.json matches the notebook's current content and parameters
-    and the workbook's code. An interrupted job has no .done.json and runs again; its model calls
-    replay from the cassettes.
+    A job is finished when its .done.json matches the notebook's current content and parameters,
+    the workbook's code, and every data file and recording the job read when it ran (see
+    workbook.inputs). An interrupted job has no .done.json and runs again; its model calls replay
+    from the cassettes. The grid file is validated before any job runs.
     """
     folder = outputs_dir() / "notebooks"
     folder.mkdir(parents=True, exist_ok=True)
@@ -87,14 +55,22 @@ def export_report(executed: str | Path | None = None, target: str | Path | None 
     return target
 
 
-def report_main() -> None:
-    """`make report`: run the grid (replaying recordings unless LIVE=1) and write outputs/report.html."""
+def report_main(argv: list[str] | None = None) -> None:
+    """`make report`: run the grid (replaying recordings unless LIVE=1) and write outputs/report.html;
+    `python -m helpers report [grid.yaml] [--force]`."""
+    parser = argparse.ArgumentParser(prog="python -m helpers report", description=report_main.__doc__)
+    parser.add_argument("grid_file", nargs="?", default=str(DEFAULT_GRID), help="the grid YAML")
+    parser.add_argument("--force", action="store_true", help="rerun finished jobs too")
+    args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = run_grid()
-    path = export_report()
+    results = run_grid(args.grid_file, force=args.force)
     for result in results:
-        print(f"  {result['status']:<26} {result['seconds']:>7.1f}s  {result['job']}")
-    print(f"Report written in {time.perf_counter() - started:.0f}s: {path}")
+        why = f"  ({result['reason']})" if result.get("reason") else ""
+        print(f"  {result['status']:<26} {result['seconds']:>7.1f}s  {result['job']}{why}")
+    report = read_grid_file(Path(args.grid_file)).get("report")
+    if report:
+        path = export_report(outputs_dir() / "notebooks" / f"{Path(report).stem}.ipynb")
+        print(f"Report written in {time.perf_counter() - started:.0f}s: {path}")
 
 
 def job_fingerprint(job: NotebookJob) -> str:
@@ -107,38 +83,45 @@ def job_fingerprint(job: NotebookJob) -> str:
     return hashlib.sha256(payload).hexdigest()[:16]
 
 
+def rerun_reason(job: NotebookJob, folder: Path) -> str | None:
+    """Return why a job must run (never ran, its notebook or code changed, an input it read changed),
+    or None when its .done.json in `folder` is current and `make report` skips it."""
+    marker = folder / f"{job.name}.done.json"
+    if not marker.exists():
+        return "not finished before"
+    done = json.loads(marker.read_text())
+    if done.get("fingerprint") != job_fingerprint(job):
+        return "notebook, parameters or workbook code changed"
+    if "inputs" not in done:
+        return "finished before inputs were tracked"
+    changed = changed_inputs(done["inputs"])
+    if changed:
+        return "changed: " + ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return None
+
+
 def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
     import papermill
 
     output, marker = folder / f"{job.name}.ipynb", folder / f"{job.name}.done.json"
-    fingerprint = job_fingerprint(job)
-    if not force and marker.exists() and json.loads(marker.read_text()).get("fingerprint") == fingerprint:
-        return {"job": job.name, "status": "skipped (finished earlier)", "seconds": 0.0}
+    reason = "forced" if force else rerun_reason(job, folder)
+    if reason is None:
+        return {"job": job.name, "status": "skipped (finished earlier)", "seconds": 0.0, "reason": ""}
     marker.unlink(missing_ok=True)
+    read_log = folder / f"{job.name}.reads.jsonl"  # the kernel notes every data file and recording it reads
+    read_log.unlink(missing_ok=True)
     started = time.perf_counter()
-    papermill.execute_notebook(
-        str(NOTEBOOKS / job.notebook),
-        str(output),
-        parameters=job.parameters,
-        kernel_name=KERNEL_NAME,
-        cwd=str(NOTEBOOKS),
-        progress_bar=False,
-        kernel_manager_class=BatchKernelManager,  # no TCP warning, no stale progress bars
-    )
-    seconds = round(time.perf_counter() - started, 1)
-    atomic_write(marker, json.dumps({"fingerprint": fingerprint, "finished": now(), "seconds": seconds}))
-    return {"job": job.name, "status": "ran", "seconds": seconds}
-
-
-def _check_job(path: Path, job: NotebookJob) -> None:
-    secret = [name for name in job.parameters if _SECRET_NAMES.search(name)]
-    if secret:
-        raise WorkbookError(
-            f"{path}: parameter {secret[0]!r} looks like a secret; put secrets in .env, never in the grid"
+    with environment(**{READ_LOG_VARIABLE: str(read_log)}):
+        papermill.execute_notebook(
+            str(NOTEBOOKS / job.notebook),
+            str(output),
+            parameters=job.parameters,
+            kernel_name=KERNEL_NAME,
+            cwd=str(NOTEBOOKS),
+            progress_bar=False,
+            kernel_manager_class=BatchKernelManager,  # no TCP warning, no stale progress bars
         )
-    if not (NOTEBOOKS / job.notebook).exists():
-        raise WorkbookError(f"{path}: notebook {job.notebook!r} is not in notebooks/")
-
-
-def _slug(value: Any) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]+", "-", str(value).removeprefix("local/")).strip("-")
+    seconds = round(time.perf_counter() - started, 1)
+    done = {"fingerprint": job_fingerprint(job), "finished": now(), "seconds": seconds}
+    atomic_write(marker, json.dumps({**done, "inputs": input_record(read_log)}, indent=1))
+    return {"job": job.name, "status": "ran", "seconds": seconds, "reason": reason}

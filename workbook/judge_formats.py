@@ -108,3 +108,34 @@ def parse_judge_reply(kind: str, text: str) -> dict:
             ),
         }
     return {"sample_score": None, "rationale": ""}
+
+
+def call_kind(request: dict) -> str:
+    """Return what a normalized request is, for costing: a judge kind ('reference', 'rubric',
+    'hallucination') or 'agent' for any other call."""
+    kind = judge_kind(request)
+    return "agent" if kind == "other" else kind
+
+
+def reply_kind(text: str) -> str:
+    """Return which call a recorded reply answered, read from its layout: 'reference', 'rubric' or 'agent'."""
+    if '"is_the_agent_response_valid"' in text:
+        return "reference"
+    if re.search(r"(?m)^Property: ", text) and re.search(r"(?m)^Verdict: ", text):
+        return "rubric"
+    return "agent"
+
+
+def placeholder_reply(request: dict, note: str) -> str:
+    """Return a stand-in reply carrying `note`, in the layout ADK's parser reads for the request's judge
+    prompt (every verdict positive), or `note` itself for any other call."""
+    kind = judge_kind(request)
+    if kind == "reference":
+        return json.dumps({"reasoning": note, "is_the_agent_response_valid": "valid"}, indent=2)
+    if kind == "rubric":
+        blocks = [
+            f"ID: {rubric_id}\nProperty: {text}\nEvidence: {note}\nRationale: {note}\nVerdict: yes\n"
+            for rubric_id, text in rubric_properties(last_prompt(request))
+        ]
+        return "\n".join(blocks)
+    return note

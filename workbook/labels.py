@@ -1,4 +1,4 @@
-"""Human labels (notebooks 03 and 04): one append-only CSV per battery, torn writes recognised."""
+"""Human labels (notebooks 03 and 04): one append-only CSV per battery; torn writes skipped, edits refused."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ import json
 import logging
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal
 
 from filelock import FileLock
 
-from workbook.settings import WorkbookError, labels_dir
+from workbook.inputs import note_read
+from workbook.settings import LabelFileError, WorkbookError, labels_dir
 from workbook.util import append_line
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,8 @@ def save_label(
     """Append one label for one answer to <labels_dir()>/<battery>.csv at once; return the row written.
 
     Rows are only ever appended (relabelling keeps history; the latest label wins). Each row
-    carries a checksum, so a write torn by a crash is recognised and ignored on reading.
+    carries a checksum: a write torn by a crash is ignored on reading, a row edited by hand is
+    refused with its file and line. A note may hold any text (newlines, quotes, commas).
     """
     if verdict not in ("pass", "fail"):
         raise WorkbookError(f"verdict must be 'pass' or 'fail', not {verdict!r}")
@@ -81,14 +84,7 @@ def read_labels(battery: str = "archivist", latest: bool = True) -> pd.DataFrame
     path = labels_dir() / f"{battery}.csv"
     if not path.exists():
         return pd.DataFrame(columns=LABEL_COLUMNS)
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()[1:], start=2):
-        row = _parse_label_line(line)
-        if row is None:
-            log.warning("%s line %d is incomplete (a torn write?); ignored", path, number)
-            continue
-        rows.append(row)
-    table = pd.DataFrame(rows, columns=LABEL_COLUMNS)
+    table = pd.DataFrame(_label_rows(path), columns=LABEL_COLUMNS)
     table["turn"] = table["turn"].astype(int)
     if latest:
         table = table.drop_duplicates(ANSWER_KEY, keep="last")
@@ -115,27 +111,79 @@ def scoreboard(triage_labels: pd.DataFrame, battery_labels: pd.DataFrame) -> pd.
     ).set_index("kind")
 
 
+CHECK_LENGTH = 10  # hex digits of a row's checksum
+
+
 def _row_check(row: dict) -> str:
     payload = json.dumps([str(row[column]) for column in LABEL_COLUMNS[:-1]], ensure_ascii=False)
-    return hashlib.sha256(payload.encode()).hexdigest()[:10]
+    return hashlib.sha256(payload.encode()).hexdigest()[:CHECK_LENGTH]
 
 
-def _parse_label_line(line: str) -> dict | None:
-    try:
-        values = next(csv.reader([line]))
-    except (csv.Error, StopIteration):
+HEADER = ",".join(LABEL_COLUMNS)
+
+
+def _label_rows(path: Path) -> list[dict]:
+    """The checked rows of a label file, read as one CSV document (a quoted note may span lines)."""
+    note_read(path)
+    with open(path, newline="", encoding="utf-8") as handle:
+        records = csv.reader(handle)
+        first = next(records, None)
+        if first is None:
+            return []  # an empty file: no labels yet
+        _check_header(path, first)
+        rows, line = [], 2
+        for values in records:
+            first, line = line, records.line_num + 1  # a record may span several physical lines
+            row = _checked_row(path, first, values) if values else None
+            if row is not None:
+                rows.append(row)
+    return rows
+
+
+def _checked_row(path: Path, line: int, values: list[str]) -> dict | None:
+    """A row whose checksum holds; None for a write cut short by a crash; an error for a hand edit."""
+    if len(values) < len(LABEL_COLUMNS) or (len(values) == len(LABEL_COLUMNS) and len(values[-1]) < CHECK_LENGTH):
+        log.warning("%s line %d is incomplete (a write cut short by a crash); ignored", path, line)
         return None
-    if len(values) != len(LABEL_COLUMNS):
-        return None
+    if len(values) > len(LABEL_COLUMNS):
+        raise LabelFileError(
+            f"{path} line {line}: {len(values)} fields, expected {len(LABEL_COLUMNS)} ({HEADER}): the row was "
+            "edited by hand (a comma in a note needs quotes). Restore it from git, or delete it and relabel the "
+            "answer with save_label or the widget"
+        )
     row = dict(zip(LABEL_COLUMNS, values, strict=True))
-    return row if row["row_check"] == _row_check(row) else None
+    if row["row_check"] != _row_check(row):
+        raise LabelFileError(
+            f"{path} line {line}: checksum mismatch (row_check {row['row_check']!r}, its fields give "
+            f"{_row_check(row)!r}): the row was edited after it was saved. Labels are append-only: restore the "
+            "row from git, or delete it and relabel the answer with save_label or the widget (the latest label wins)"
+        )
+    return row
 
 
-def _append_csv_row(path, row: dict) -> None:
+def _check_header(path: Path, first: list[str]) -> None:
+    if first == LABEL_COLUMNS:
+        return
+    if set(first) & set(LABEL_COLUMNS):
+        missing = [column for column in LABEL_COLUMNS if column not in first]
+        extra = [column for column in first if column not in LABEL_COLUMNS]
+        problem = f"has the wrong header (missing: {', '.join(missing) or '-'}; unexpected: {', '.join(extra) or '-'})"
+    else:
+        problem = "has no header line (line 1 is not the column names)"
+    raise LabelFileError(
+        f"{path} {problem}; line 1 must be exactly: {HEADER}. Fix line 1 (the rows' fields must be in that "
+        "order), or move the file aside and label afresh"
+    )
+
+
+def _append_csv_row(path: Path, row: dict) -> None:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow([row[column] for column in LABEL_COLUMNS])
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         if not path.exists() or path.stat().st_size == 0:
-            append_line(path, ",".join(LABEL_COLUMNS) + "\n")
+            append_line(path, HEADER + "\n")
+        else:
+            with open(path, newline="", encoding="utf-8") as handle:
+                _check_header(path, next(csv.reader(handle)))
         append_line(path, buffer.getvalue())

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 import json
 from pathlib import Path
 
+from workbook.inputs import note_read
 from workbook.settings import WorkbookError, runs_dir, settings
 from workbook.util import atomic_write
 
@@ -46,7 +47,10 @@ def read_runs(pattern: str = "*") -> tuple[pd.DataFrame, pd.DataFrame]:
     import pandas as pd
 
     tables, metas = [], []
+    note_read(runs_dir())  # a new run changes what the report shows
     for meta_path in sorted(runs_dir().glob(f"{pattern}/meta.json")):
+        note_read(meta_path)  # the report reruns when a run it read was rerun
+        note_read(meta_path.with_name("table.csv"))
         meta = json.loads(meta_path.read_text())
         tables.append(pd.read_csv(meta_path.with_name("table.csv")))
         metas.append(meta)

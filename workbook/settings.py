@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"
 
-RecordMode = Literal["auto", "replay", "live"]
+RecordMode = Literal["auto", "replay", "live", "plan"]  # plan: count misses, call nothing
 
 
 class WorkbookError(Exception):
@@ -37,6 +37,14 @@ class EvalFileError(WorkbookError):
 
 class BatteryError(WorkbookError):
     """A battery YAML file does not match the expected schema."""
+
+
+class LabelFileError(WorkbookError):
+    """A label CSV file lacks its header or holds a row edited by hand; the message names file and line."""
+
+
+class GridFileError(WorkbookError):
+    """The report grid file is malformed; the message names file, key or line and the fix."""
 
 
 class Settings(BaseSettings):
@@ -80,8 +88,8 @@ def refresh_settings() -> Settings:
 def use_record_mode(mode: str = "") -> str:
     """Return the record mode now in force, after setting it for this process ('' keeps WORKBOOK_RECORD_MODE)."""
     if mode:
-        if mode not in ("auto", "replay", "live"):
-            raise WorkbookError(f"record mode must be auto, replay or live, not {mode!r}")
+        if mode not in ("auto", "replay", "live", "plan"):
+            raise WorkbookError(f"record mode must be auto, replay, live or plan, not {mode!r}")
         os.environ["WORKBOOK_RECORD_MODE"] = mode
     return refresh_settings().workbook_record_mode
 

@@ -13,8 +13,10 @@ import asyncio
 import contextvars
 import hashlib
 import os
+import tempfile
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,9 +51,15 @@ def file_digest(path: Path) -> str:
 
 def atomic_write(path: Path, text: str) -> None:
     """Write a text file whole or not at all (a partial file is renamed into place)."""
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    partial = Path(name)  # unique: threads and processes writing the same file never share it
+    os.fchmod(handle, 0o644)  # mkstemp's 0600 would make outputs private
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def append_line(path: Path, line: str) -> None:
@@ -146,3 +154,19 @@ def shown_path(path: Path) -> str:
         return str(Path(path).resolve().relative_to(REPO))
     except ValueError:
         return str(path)
+
+
+@contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the `with` block (child processes such as papermill kernels
+    inherit them), then restore what was there before."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

