@@ -18,8 +18,9 @@ from filelock import FileLock
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
+from workbook.runscope import ScopeLogHandler, current_scope
 from workbook.settings import RecordMode, ReplayMissError, settings
-from workbook.util import append_line, now, text_of
+from workbook.util import append_line, first_line, now, text_of
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +105,18 @@ def tag_calls(**tags) -> None:
     _call_tags.set(tags)
 
 
+# Exceptions ADK's eval service logs and swallows are kept in the open run scope, with the call tags.
+logging.getLogger("google_adk").addHandler(ScopeLogHandler(_call_tags))
+
+
 class CassetteStore:
     """Record/replay of model calls in JSONL cassettes, one file per model.
 
     Modes: `auto` replays a recorded call and records a missing one, `replay` fails on a
-    miss, `live` always calls and appends. The n-th identical request of a process replays
-    the n-th recording of that request, so judge samples and repeats keep their variance.
+    miss, `live` always calls and appends. The n-th identical request of a run (see
+    `workbook.runscope`; outside any run, of the process) replays the n-th recording of that
+    request, so judge samples and repeats keep their variance and a re-run reproduces them.
+    A failed call is noted in the open run scope before it raises.
     """
 
     def __init__(self, directory: Path, mode: RecordMode):
@@ -122,31 +129,48 @@ class CassetteStore:
     async def call(self, request: dict, live_call: Callable[[int], Awaitable[dict]]) -> dict:
         """Return the reply to `request`: replayed if recorded (per mode), else live and appended."""
         digest = request_digest(request)
-        with self._lock:
-            occurrence = self._seen[digest]
-            self._seen[digest] += 1
-        cassette = self.cassette_path(request["model"])
-        recorded = None if self.mode == "live" else self._entries(cassette).get((digest, occurrence))
-        if recorded is not None:
-            reply = {**recorded["reply"], "replayed": True}
-        elif self.mode == "replay":
-            raise ReplayMissError(_miss_message(request, digest, occurrence, cassette))
-        else:
-            seed = _seed_for(digest, occurrence)
-            reply = {**await live_call(seed), "seed": seed, "replayed": False}
-            self._append(cassette, request, digest, occurrence, reply)
+        scope = current_scope()
+        occurrence = scope.next_occurrence(digest) if scope else self._next_occurrence(digest)
+        try:
+            reply = await self._reply(request, digest, occurrence, live_call)
+        except Exception as error:
+            if scope is not None:
+                kind = "replay miss" if isinstance(error, ReplayMissError) else "model error"
+                failure = {"model": request["model"], "kind": kind, "cause": first_line(error)}
+                scope.note_failure({**(_call_tags.get() or {}), **failure})
+            raise
         reply = {**reply, "digest": digest, "occurrence": occurrence}
         entry = {**(_call_tags.get() or {}), "model": request["model"], "request": request, **reply}
         for opened in _open_logs.get():
             opened.calls.append(entry)
         return reply
 
+    async def _reply(
+        self, request: dict, digest: str, occurrence: int, live_call: Callable[[int], Awaitable[dict]]
+    ) -> dict:
+        cassette = self.cassette_path(request["model"])
+        recorded = None if self.mode == "live" else self._entries(cassette).get((digest, occurrence))
+        if recorded is not None:
+            return {**recorded["reply"], "replayed": True}
+        if self.mode == "replay":
+            raise ReplayMissError(_miss_message(request, digest, occurrence, cassette))
+        seed = _seed_for(digest, occurrence)
+        reply = {**await live_call(seed), "seed": seed, "replayed": False}
+        self._append(cassette, request, digest, occurrence, reply)
+        return reply
+
+    def _next_occurrence(self, digest: str) -> int:
+        with self._lock:
+            occurrence = self._seen[digest]
+            self._seen[digest] += 1
+        return occurrence
+
     def cassette_path(self, model: str) -> Path:
         """Return the JSONL file that holds a model's recordings."""
         return self.directory / (re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") + ".jsonl")
 
     def reset_occurrences(self) -> None:
-        """Count repeated requests from zero again, as a fresh process would."""
+        """Count repeated requests made outside any run scope from zero again, as a fresh process would."""
         with self._lock:
             self._seen.clear()
 
@@ -188,7 +212,7 @@ def cassettes() -> CassetteStore:
 
 
 def reset_occurrences() -> None:
-    """Start counting repeated requests from zero again in every store (as a fresh process would)."""
+    """Start counting repeated requests made outside any run scope from zero again in every store."""
     for store in _STORES.values():
         store.reset_occurrences()
 
