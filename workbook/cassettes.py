@@ -17,6 +17,7 @@ from pathlib import Path
 from filelock import FileLock
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
+from pydantic import SecretStr
 
 from workbook.runscope import ScopeLogHandler, current_scope
 from workbook.settings import RecordMode, ReplayMissError, settings
@@ -233,8 +234,25 @@ def _read_cassette(cassette: Path) -> dict[tuple[str, int], dict]:
         except json.JSONDecodeError:
             log.warning("%s line %d is not valid JSON (an interrupted write?); skipped", cassette, number)
             continue
-        entries[(entry["digest"], entry["occurrence"])] = entry
+        key = _entry_key(entry)
+        if key is None:
+            log.warning(
+                "%s line %d is not a recording (no string 'digest', integer 'occurrence' and 'reply'); skipped",
+                cassette,
+                number,
+            )
+            continue
+        entries[key] = entry
     return entries
+
+
+def _entry_key(entry: object) -> tuple[str, int] | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("reply"), dict):
+        return None
+    digest, occurrence = entry.get("digest"), entry.get("occurrence")
+    if not isinstance(digest, str) or not isinstance(occurrence, int) or isinstance(occurrence, bool):
+        return None
+    return digest, occurrence
 
 
 def _prompt_head(request: dict, lines: int = 3) -> str:
@@ -253,9 +271,22 @@ def _miss_message(request: dict, digest: str, occurrence: int, cassette: Path) -
 
 
 def _redact_secrets(text: str) -> str:
-    current = settings()
-    secrets = [current.google_api_key.get_secret_value()] if current.google_api_key else []
-    secrets += [value for key, value in os.environ.items() if re.search(r"KEY|TOKEN|SECRET", key) and len(value) >= 8]
-    for secret in secrets:
+    for secret in credential_values():
         text = text.replace(secret, "[REDACTED]")
     return text
+
+
+_CREDENTIAL_NAME = re.compile(r"(_API_KEY|_TOKEN|_SECRET)$", re.I)
+
+
+def credential_values() -> list[str]:
+    """Return the credential values a cassette must never contain: every secret setting (GOOGLE_API_KEY)
+    and every environment variable whose name ends in _API_KEY, _TOKEN or _SECRET (8 characters or more)."""
+    current = settings()
+    values = [
+        value.get_secret_value()
+        for name in type(current).model_fields
+        if isinstance(value := getattr(current, name), SecretStr)
+    ]
+    values += [value for key, value in os.environ.items() if _CREDENTIAL_NAME.search(key)]
+    return sorted({value for value in values if len(value) >= 8}, key=len, reverse=True)
