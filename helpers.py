@@ -8,6 +8,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      outputs_dir, runs_dir, the error types
                              workbook.models         describe_backend, LocalLlm, RecordedGemini
                              workbook.cassettes      call_log, reset_occurrences (record/replay)
+                             workbook.runscope       replay_scope (identical calls replay in order per run)
                              workbook.util           run_sync
   01_build_the_archivist     workbook.agent          prompt_versions, load_prompt, prompt_diff,
                                                      prompt_overview, build_archivist, chat, ask_each,
@@ -46,7 +47,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
-workbook.judging (the two steps inside run_eval).
+workbook.judging (the two steps inside run_eval), workbook.failures (what failed inside a run).
 
 Run `python -m helpers report` for what `make report` does.
 """
@@ -137,10 +138,13 @@ from workbook.plots import (
 # Notebook 05: the comparison report.
 from workbook.report_views import cost_by_version, run_overview, version_changes, version_pass_rates
 from workbook.runs import RUN_COLUMNS, read_runs, write_run
+from workbook.runscope import replay_scope
 from workbook.settings import (
     BatteryError,
     CredentialsError,
     EvalFileError,
+    EvalLintError,
+    IncompleteRunError,
     MissingModelError,
     ReplayMissError,
     WorkbookError,
@@ -161,6 +165,8 @@ __all__ = [
     "BatteryError",
     "CredentialsError",
     "EvalFileError",
+    "EvalLintError",
+    "IncompleteRunError",
     "MissingModelError",
     "ReplayMissError",
     "WorkbookError",
@@ -175,6 +181,7 @@ __all__ = [
     "describe_backend",
     "call_log",
     "reset_occurrences",
+    "replay_scope",
     "run_sync",
     # 01
     "ask_each",
