@@ -58,6 +58,7 @@ class Metric:
     rejected: str = ""  # why ADK refuses to build its evaluator from this criterion ("" if it accepts it)
     majority_voted: bool = False  # an LLM judge whose samples ADK majority-votes (a tie fails)
     rubric_based: bool = False
+    custom: bool = False  # defined by the config's custom_metrics (registered by ADK when the eval runs)
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,11 @@ def adk_metric(config: EvalConfig, name: str, agent_model: str | None = None) ->
     from google.adk.evaluation.llm_as_judge import LlmAsJudge
     from google.adk.evaluation.rubric_based_evaluator import RubricBasedEvaluator
 
-    custom = set((config.custom_metrics or {}).keys())
+    custom = name in (config.custom_metrics or {})
     info = adk_metrics().get(name)
-    metric = Metric(name, criterion_fields(config.criteria[name]), f"config criteria.{name}", agent_model, info)
-    if info is None or name in custom or not info.requires_threshold:
+    fields = criterion_fields(config.criteria[name])
+    metric = Metric(name, fields, f"config criteria.{name}", agent_model, info, custom=custom)
+    if info is None or custom or not info.requires_threshold:
         return metric
     try:
         evaluator = adk_evaluator(config, name)
@@ -155,8 +157,8 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
 
 
 def unknown_metric(metric: Metric) -> list[Finding]:
-    """Return an error for a metric name ADK's registry does not have."""
-    if metric.info is not None:
+    """Return an error for a metric name ADK's registry does not have (and the config does not define)."""
+    if metric.info is not None or metric.custom:
         return []
     import google.adk
 
