@@ -8,6 +8,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      outputs_dir, runs_dir, the error types
                              workbook.models         describe_backend, LocalLlm, RecordedGemini
                              workbook.cassettes      call_log, reset_occurrences (record/replay)
+                             workbook.runscope       replay_scope (identical calls replay in order per run)
                              workbook.util           run_sync
   01_build_the_archivist     workbook.agent          prompt_versions, load_prompt, prompt_diff,
                                                      prompt_overview, build_archivist, chat, ask_each,
@@ -51,7 +52,8 @@ Behind them, rarely edited: workbook.weights (local model files), workbook.llama
 engine), workbook.judge_formats (ADK's judge prompts and replies), workbook.inference and
 workbook.judging (the two steps inside run_eval), workbook.adk_files (ADK's own eval-set and
 eval-history files, so `adk web` lists the workbook's evalsets and runs), workbook.inputs (which data
-files and recordings a report job read), workbook.planning (record mode `plan`).
+files and recordings a report job read), workbook.planning (record mode `plan`), workbook.failures (what failed
+inside a run).
 
 Run `python -m helpers report` for what `make report` does, `python -m helpers plan` for what it would
 call (`python -m helpers plan notebooks/02_rubric_vs_reference.ipynb -p repeats 3` for one notebook).
@@ -145,11 +147,14 @@ from workbook.plots import (
 # Notebook 05: the comparison report.
 from workbook.report_views import cost_by_version, run_overview, version_changes, version_pass_rates
 from workbook.runs import RUN_COLUMNS, read_runs, write_run
+from workbook.runscope import replay_scope
 from workbook.settings import (
     BatteryError,
     CredentialsError,
     EvalFileError,
+    EvalLintError,
     GridFileError,
+    IncompleteRunError,
     LabelFileError,
     MissingModelError,
     ReplayMissError,
@@ -173,6 +178,8 @@ __all__ = [
     "EvalFileError",
     "GridFileError",
     "LabelFileError",
+    "EvalLintError",
+    "IncompleteRunError",
     "MissingModelError",
     "ReplayMissError",
     "WorkbookError",
@@ -187,6 +194,7 @@ __all__ = [
     "describe_backend",
     "call_log",
     "reset_occurrences",
+    "replay_scope",
     "run_sync",
     # 01
     "ask_each",

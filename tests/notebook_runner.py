@@ -15,6 +15,7 @@ from workbook.quiet import BatchKernelManager
 def run_notebook(name: str, tmp_path: Path, **parameters) -> nbformat.NotebookNode:
     """Execute notebooks/<name> in strict replay mode (no live model call) and return the result."""
     os.environ["WORKBOOK_RECORD_MODE"] = "replay"
+    os.environ["PYTHONPATH"] = str(REPO)  # the kernel imports this checkout's helpers, not the .pth one's
     output = tmp_path / name
     papermill.execute_notebook(
         str(REPO / "notebooks" / name),

@@ -219,6 +219,7 @@ def test_run_table_keeps_every_sample_and_statuses(recordings, tmp_path, monkeyp
     assert (tmp_path / "runs" / "t1" / "table.csv").exists()
     meta = json.loads((tmp_path / "runs" / "t1" / "meta.json").read_text())
     assert meta["judge_models"] == ["scripted/judge"] and meta["agent_model"] == "scripted/agent"
+    assert (meta["errors"], meta["not_evaluated"], meta["unparsed_samples"]) == (0, 0, 2)
 
 
 def test_unparseable_judge_reply_makes_the_case_not_evaluated(recordings, tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from google.genai import types
 
 import workbook.models  # noqa: F401  (registers the local/... and recorded gemini-* model classes)
 from workbook.inputs import note_read
+from workbook.runscope import replay_scope
 from workbook.settings import DATA, WorkbookError, settings
 from workbook.util import run_sync, wrapped
 
@@ -132,13 +133,14 @@ async def chat_async(agent: LlmAgent, turns: list[str], conversation_id: str = "
     runner = InMemoryRunner(agent=agent, app_name=APP_NAME)
     session = await runner.session_service.create_session(app_name=APP_NAME, user_id="student")
     rows = []
-    for number, text in enumerate(turns, start=1):
-        message = types.Content(role="user", parts=[types.Part(text=text)])
-        row = {"conversation": conversation_id, "turn": number, "user": text, "answer": ""}
-        row |= {"prompt_tokens": 0, "output_tokens": 0, "thinking_tokens": 0, "latency_s": 0.0}
-        async for event in runner.run_async(user_id="student", session_id=session.id, new_message=message):
-            _add_event(row, event)
-        rows.append(row | {"model": agent.model})
+    with replay_scope(f"chat {conversation_id}"):  # a session is a run, unless a caller's run is open
+        for number, text in enumerate(turns, start=1):
+            message = types.Content(role="user", parts=[types.Part(text=text)])
+            row = {"conversation": conversation_id, "turn": number, "user": text, "answer": ""}
+            row |= {"prompt_tokens": 0, "output_tokens": 0, "thinking_tokens": 0, "latency_s": 0.0}
+            async for event in runner.run_async(user_id="student", session_id=session.id, new_message=message):
+                _add_event(row, event)
+            rows.append(row | {"model": agent.model})
     await runner.close()
     return pd.DataFrame(rows)
 
@@ -173,7 +175,8 @@ def ask_each(versions: list[str], questions: list[str], model: str | None = None
                 tables.append(table.assign(version=version))
         return pd.concat(tables, ignore_index=True)
 
-    return run_sync(run_all())
+    with replay_scope("ask_each"):
+        return run_sync(run_all())
 
 
 def side_by_side(table: pd.DataFrame, by: str = "version") -> Styler:

@@ -19,6 +19,7 @@ from google.genai import types
 from workbook.agent import APP_NAME, chat_async
 from workbook.evalfiles import EVALSETS, data_file, load_eval_config, load_evalset
 from workbook.lint import lint_evalset
+from workbook.runscope import replay_scope
 from workbook.settings import DATA, BatteryError, WorkbookError
 from workbook.util import atomic_write, progress, run_sync, text_digest, text_of
 
@@ -75,7 +76,8 @@ def run_battery(
             bar.close()
         return pd.concat(tables, ignore_index=True)
 
-    table = run_sync(run_all())
+    with replay_scope(f"battery {prompt_version or agent.model}"):
+        table = run_sync(run_all())
     table["prompt_version"] = prompt_version
     table["answer_digest"] = table["answer"].map(text_digest)
     return table

@@ -17,11 +17,13 @@ from pathlib import Path
 from filelock import FileLock
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
+from pydantic import SecretStr
 
 from workbook.inputs import note_recording
 from workbook.planning import planned_reply
+from workbook.runscope import ScopeLogHandler, current_scope
 from workbook.settings import RecordMode, ReplayMissError, settings
-from workbook.util import append_line, now, text_of
+from workbook.util import append_line, first_line, now, text_of
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +108,18 @@ def tag_calls(**tags) -> None:
     _call_tags.set(tags)
 
 
+# Exceptions ADK's eval service logs and swallows are kept in the open run scope, with the call tags.
+logging.getLogger("google_adk").addHandler(ScopeLogHandler(_call_tags))
+
+
 class CassetteStore:
     """Record/replay of model calls in JSONL cassettes, one file per model.
 
     Modes: `auto` replays a recorded call and records a missing one, `replay` fails on a
-    miss, `live` always calls and appends. The n-th identical request of a process replays
-    the n-th recording of that request, so judge samples and repeats keep their variance.
+    miss, `live` always calls and appends. The n-th identical request of a run (see
+    `workbook.runscope`; outside any run, of the process) replays the n-th recording of that
+    request, so judge samples and repeats keep their variance and a re-run reproduces them.
+    A failed call is noted in the open run scope before it raises.
     """
 
     def __init__(self, directory: Path, mode: RecordMode):
@@ -124,35 +132,52 @@ class CassetteStore:
     async def call(self, request: dict, live_call: Callable[[int], Awaitable[dict]]) -> dict:
         """Return the reply to `request`: replayed if recorded (per mode), else live and appended."""
         digest = request_digest(request)
-        with self._lock:
-            occurrence = self._seen[digest]
-            self._seen[digest] += 1
-        cassette = self.cassette_path(request["model"])
-        recorded = None if self.mode == "live" else self._entries(cassette).get((digest, occurrence))
-        if self.mode == "plan":  # `python -m helpers plan`: count it, never call a model, never write
-            reply = planned_reply(request, digest, occurrence, recorded)
-        elif recorded is not None:
-            reply = {**recorded["reply"], "replayed": True}
-        elif self.mode == "replay":
-            raise ReplayMissError(_miss_message(request, digest, occurrence, cassette))
-        else:
-            seed = _seed_for(digest, occurrence)
-            reply = {**await live_call(seed), "seed": seed, "replayed": False}
-            self._append(cassette, request, digest, occurrence, reply)
-        if self.mode != "plan":
-            note_recording(cassette, digest, occurrence)  # a report job reruns when a recording it used changes
+        scope = current_scope()
+        occurrence = scope.next_occurrence(digest) if scope else self._next_occurrence(digest)
+        try:
+            reply = await self._reply(request, digest, occurrence, live_call)
+        except Exception as error:
+            if scope is not None:
+                kind = "replay miss" if isinstance(error, ReplayMissError) else "model error"
+                failure = {"model": request["model"], "kind": kind, "cause": first_line(error)}
+                scope.note_failure({**(_call_tags.get() or {}), **failure})
+            raise
         reply = {**reply, "digest": digest, "occurrence": occurrence}
         entry = {**(_call_tags.get() or {}), "model": request["model"], "request": request, **reply}
         for opened in _open_logs.get():
             opened.calls.append(entry)
         return reply
 
+    async def _reply(
+        self, request: dict, digest: str, occurrence: int, live_call: Callable[[int], Awaitable[dict]]
+    ) -> dict:
+        cassette = self.cassette_path(request["model"])
+        recorded = None if self.mode == "live" else self._entries(cassette).get((digest, occurrence))
+        if self.mode == "plan":  # `python -m helpers plan`: count it, never call a model, never write
+            return planned_reply(request, digest, occurrence, recorded)
+        if recorded is not None:
+            note_recording(cassette, digest, occurrence)  # a report job reruns when a recording it used changes
+            return {**recorded["reply"], "replayed": True}
+        if self.mode == "replay":
+            raise ReplayMissError(_miss_message(request, digest, occurrence, cassette))
+        seed = _seed_for(digest, occurrence)
+        reply = {**await live_call(seed), "seed": seed, "replayed": False}
+        self._append(cassette, request, digest, occurrence, reply)
+        note_recording(cassette, digest, occurrence)
+        return reply
+
+    def _next_occurrence(self, digest: str) -> int:
+        with self._lock:
+            occurrence = self._seen[digest]
+            self._seen[digest] += 1
+        return occurrence
+
     def cassette_path(self, model: str) -> Path:
         """Return the JSONL file that holds a model's recordings."""
         return self.directory / (re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") + ".jsonl")
 
     def reset_occurrences(self) -> None:
-        """Count repeated requests from zero again, as a fresh process would."""
+        """Count repeated requests made outside any run scope from zero again, as a fresh process would."""
         with self._lock:
             self._seen.clear()
 
@@ -194,7 +219,7 @@ def cassettes() -> CassetteStore:
 
 
 def reset_occurrences() -> None:
-    """Start counting repeated requests from zero again in every store (as a fresh process would)."""
+    """Start counting repeated requests made outside any run scope from zero again in every store."""
     for store in _STORES.values():
         store.reset_occurrences()
 
@@ -215,8 +240,25 @@ def _read_cassette(cassette: Path) -> dict[tuple[str, int], dict]:
         except json.JSONDecodeError:
             log.warning("%s line %d is not valid JSON (an interrupted write?); skipped", cassette, number)
             continue
-        entries[(entry["digest"], entry["occurrence"])] = entry
+        key = _entry_key(entry)
+        if key is None:
+            log.warning(
+                "%s line %d is not a recording (no string 'digest', integer 'occurrence' and 'reply'); skipped",
+                cassette,
+                number,
+            )
+            continue
+        entries[key] = entry
     return entries
+
+
+def _entry_key(entry: object) -> tuple[str, int] | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("reply"), dict):
+        return None
+    digest, occurrence = entry.get("digest"), entry.get("occurrence")
+    if not isinstance(digest, str) or not isinstance(occurrence, int) or isinstance(occurrence, bool):
+        return None
+    return digest, occurrence
 
 
 def _prompt_head(request: dict, lines: int = 3) -> str:
@@ -235,9 +277,22 @@ def _miss_message(request: dict, digest: str, occurrence: int, cassette: Path) -
 
 
 def _redact_secrets(text: str) -> str:
-    current = settings()
-    secrets = [current.google_api_key.get_secret_value()] if current.google_api_key else []
-    secrets += [value for key, value in os.environ.items() if re.search(r"KEY|TOKEN|SECRET", key) and len(value) >= 8]
-    for secret in secrets:
+    for secret in credential_values():
         text = text.replace(secret, "[REDACTED]")
     return text
+
+
+_CREDENTIAL_NAME = re.compile(r"(_API_KEY|_TOKEN|_SECRET)$", re.I)
+
+
+def credential_values() -> list[str]:
+    """Return the credential values a cassette must never contain: every secret setting (GOOGLE_API_KEY)
+    and every environment variable whose name ends in _API_KEY, _TOKEN or _SECRET (8 characters or more)."""
+    current = settings()
+    values = [
+        value.get_secret_value()
+        for name in type(current).model_fields
+        if isinstance(value := getattr(current, name), SecretStr)
+    ]
+    values += [value for key, value in os.environ.items() if _CREDENTIAL_NAME.search(key)]
+    return sorted({value for value in values if len(value) >= 8}, key=len, reverse=True)

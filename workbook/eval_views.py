@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
 
 from workbook.cassettes import CallLog
-from workbook.evalfiles import KNOWN_METRICS
+from workbook.evalfiles import METRIC_KINDS
 from workbook.judge_formats import last_prompt
 from workbook.util import wrapped
 
@@ -24,7 +24,7 @@ def case_scores(table: pd.DataFrame) -> pd.DataFrame:
 def metric_verdicts(table: pd.DataFrame) -> pd.DataFrame:
     """Return one row per case: each metric's status, named 'reference' / 'rubric' / ... (first repeat)."""
     scores = case_scores(table)
-    scores = scores.assign(kind=scores["metric"].map(KNOWN_METRICS))
+    scores = scores.assign(kind=scores["metric"].map(METRIC_KINDS))
     return scores.pivot_table(index="case", columns="kind", values="status", aggfunc="first", sort=False)
 
 

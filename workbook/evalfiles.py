@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from google.adk.evaluation.eval_config import EvalConfig
+    from google.adk.evaluation.eval_metrics import MetricInfo
     from google.adk.evaluation.eval_set import EvalSet
+    from google.adk.evaluation.evaluator import Evaluator
     from pydantic import BaseModel
 
 import hashlib
@@ -25,7 +27,9 @@ from workbook.util import file_digest
 
 EVALSETS = DATA / "evalsets"
 CONFIGS = DATA / "configs"
-KNOWN_METRICS = {
+# What kind of verdict a metric gives, for the tables and the judge-reply parser: not the list of
+# metrics that exist (that is ADK's registry, read at run time by `adk_metrics`).
+METRIC_KINDS = {
     "final_response_match_v2": "reference",
     "rubric_based_final_response_quality_v1": "rubric",
     "hallucinations_v1": "hallucination",
@@ -39,6 +43,34 @@ KNOWN_METRICS = {
     "multi_turn_trajectory_quality_v1": "multi_turn",
     "multi_turn_tool_use_quality_v1": "multi_turn",
 }
+
+
+def adk_metrics() -> dict[str, MetricInfo]:
+    """Return ADK's own metric registry, read at run time: metric name -> ADK's MetricInfo."""
+    import warnings
+
+    with warnings.catch_warnings():  # ADK marks its registry experimental on first use
+        warnings.simplefilter("ignore")
+        from google.adk.evaluation.metric_evaluator_registry import DEFAULT_METRIC_EVALUATOR_REGISTRY
+
+        return {info.metric_name: info for info in DEFAULT_METRIC_EVALUATOR_REGISTRY.get_registered_metrics()}
+
+
+def adk_evaluator(config: EvalConfig, name: str) -> Evaluator:
+    """Return the evaluator ADK builds for one criterion of a config (no model is called).
+
+    Raises what ADK raises when the criterion is not the kind its metric expects.
+    """
+    import warnings
+
+    from google.adk.evaluation.eval_config import EvalConfig, get_eval_metrics_from_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from google.adk.evaluation.metric_evaluator_registry import DEFAULT_METRIC_EVALUATOR_REGISTRY
+
+        metric = get_eval_metrics_from_config(EvalConfig(criteria={name: config.criteria[name]}))[0]
+        return DEFAULT_METRIC_EVALUATOR_REGISTRY.get_evaluator(metric)
 
 
 def data_file(

@@ -16,7 +16,6 @@ from pathlib import Path
 from google.genai import types
 
 from workbook.agent import load_prompt
-from workbook.cassettes import reset_occurrences
 from workbook.evals import judge_answers
 from workbook.inputs import note_read
 from workbook.judge_stats import wilson
@@ -156,7 +155,6 @@ def run_finding(finding_id: str, findings: dict | None = None, answers: pd.DataF
         frame = chosen.rename(columns={"id": "case", "question": "user"})
         if arm["metric"] == "rubric":
             frame = frame.assign(instruction=load_prompt(arm["instruction"]).instruction)
-        reset_occurrences()  # each arm replays as its own run, as it was recorded
         table = judge_answers(
             frame,
             arm_evalset(finding_id, arm_name, arm, chosen),

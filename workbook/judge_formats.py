@@ -41,6 +41,22 @@ label ::= "valid" | "invalid"
 """
 
 
+# The version of what this module adds to a local judge request (grammars, schemas, token limits).
+# Bump it whenever judge_output_constraint's output changes: the version joins the cassette key, so
+# old recordings no longer replay for the new format. "v1" is the format the committed recordings
+# were made with, and it stays out of the key so their digests are unchanged.
+JUDGE_FORMAT_VERSION = "v1"
+_UNKEYED_VERSION = "v1"
+
+
+def format_key(request: dict) -> dict:
+    """Return what the workbook's own judge format adds to a request's cassette key: {"judge_format":
+    version} for a request it constrains, {} for any other request or for the unkeyed version v1."""
+    if JUDGE_FORMAT_VERSION == _UNKEYED_VERSION or "response_schema" in request["config"]:
+        return {}
+    return {"judge_format": JUDGE_FORMAT_VERSION} if judge_output_constraint(request) else {}
+
+
 def judge_output_constraint(request: dict) -> dict:
     """Return llama.cpp constraint fields (json_schema or grammar, max_tokens) for a request, or {}.
 

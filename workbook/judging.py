@@ -11,18 +11,25 @@ if TYPE_CHECKING:
     from google.adk.evaluation.local_eval_service import LocalEvalService
 
 from workbook.cassettes import CallLog, tag_calls
-from workbook.evalfiles import KNOWN_METRICS
+from workbook.evalfiles import METRIC_KINDS
+from workbook.failures import error_rows, mark_judge_errors
 from workbook.judge_formats import judge_kind, last_prompt, parse_judge_reply, rubric_properties
-from workbook.util import progress, text_of
+from workbook.util import first_line, progress, text_of
 
 
 async def judge_inferences(
-    service: LocalEvalService, inferences: list[tuple[int, InferenceResult]], config: EvalConfig, calls: CallLog
+    service: LocalEvalService,
+    inferences: list[tuple[int, InferenceResult]],
+    config: EvalConfig,
+    calls: CallLog,
+    failures: list[dict],
 ) -> list[dict]:
     """Return one row per (repeat, case, invocation, metric, judge sample) for judged inferences.
 
     Judges metric by metric, so each judge prompt family keeps llama.cpp's prefix cache warm.
     `calls` is the run's open call log: judge replies and agent usage are read back from it.
+    `failures` is the run scope's failure list: a result whose calls failed becomes status ERROR,
+    and so does every metric of a case whose answer failed (ADK would drop that case).
     """
     from google.adk.evaluation.eval_config import get_eval_metrics_from_config
 
@@ -31,19 +38,22 @@ async def judge_inferences(
         bar = progress(total=len(inferences), desc=f"judging: {metric.metric_name}")
         try:
             for repeat, inference in inferences:
-                rows += await _judge_one(service, inference, metric, repeat, calls)
+                rows += await _judge_one(service, inference, metric, repeat, calls, failures)
                 bar.update(1)
         finally:
             bar.close()
     return rows
 
 
-async def _judge_one(service, inference, metric, repeat: int, calls: CallLog) -> list[dict]:
-    from google.adk.evaluation.base_eval_service import EvaluateConfig, EvaluateRequest
+async def _judge_one(service, inference, metric, repeat: int, calls: CallLog, failures: list[dict]) -> list[dict]:
+    from google.adk.evaluation.base_eval_service import EvaluateConfig, EvaluateRequest, InferenceStatus
 
     case = inference.eval_case_id
-    tag_calls(phase="judge", case=case, repeat=repeat)
-    first_call = len(calls)
+    if inference.status == InferenceStatus.FAILURE or inference.inferences is None:
+        cause = first_line(inference.error_message or "the agent gave no answer")
+        return error_rows(case, repeat, metric.metric_name, f"agent answer failed: {cause}")
+    tag_calls(phase="judge", case=case, repeat=repeat, metric=metric.metric_name)
+    first_call, first_failure = len(calls), len(failures)
     request = EvaluateRequest(
         inference_results=[inference.model_copy(deep=True)],  # ADK adds case rubrics to it in place
         evaluate_config=EvaluateConfig(eval_metrics=[metric], parallelism=1),
@@ -55,7 +65,8 @@ async def _judge_one(service, inference, metric, repeat: int, calls: CallLog) ->
         for call in calls
         if call.get("phase") == "agent" and call.get("case") == case and call.get("repeat") == repeat
     ]
-    return _rows_for_case(case_results[0], judge_calls, agent_calls, repeat)
+    rows = _rows_for_case(case_results[0], judge_calls, agent_calls, repeat)
+    return mark_judge_errors(rows, failures[first_failure:], case, repeat, metric.metric_name)
 
 
 def _rows_for_case(case_result, judge_calls: list[dict], agent_calls: list[dict], repeat: int) -> list[dict]:
@@ -87,7 +98,7 @@ def _rows_for_case(case_result, judge_calls: list[dict], agent_calls: list[dict]
 
 
 def _metric_rows(base: dict, result, judge_calls: list[dict]) -> list[dict]:
-    kind = KNOWN_METRICS.get(result.metric_name, "other")
+    kind = METRIC_KINDS.get(result.metric_name, "other")
     common = {**base, "metric": result.metric_name, "score": result.score, "status": result.eval_status.name}
     common["threshold"] = result.threshold if result.threshold is not None else _criterion_threshold(result)
     calls = [c for c in judge_calls if judge_kind(c["request"]) == kind and base["user"] in last_prompt(c["request"])]

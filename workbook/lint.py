@@ -13,15 +13,27 @@ if TYPE_CHECKING:
     import pandas as pd
     from google.adk.evaluation.eval_case import EvalCase
     from google.adk.evaluation.eval_config import EvalConfig
+    from google.adk.evaluation.eval_metrics import MetricInfo
     from google.adk.evaluation.eval_set import EvalSet
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from workbook.evalfiles import KNOWN_METRICS, criterion_fields, load_eval_config, load_evalset
+from workbook.evalfiles import (
+    CONFIGS,
+    EVALSETS,
+    adk_evaluator,
+    adk_metrics,
+    criterion_fields,
+    data_file,
+    load_eval_config,
+    load_evalset,
+)
+from workbook.settings import REPO, EvalLintError
+from workbook.util import first_line
 
 
 @dataclass
@@ -36,12 +48,17 @@ class Finding:
 
 @dataclass(frozen=True)
 class Metric:
-    """One config criterion as the metric rules see it."""
+    """One config criterion as the metric rules see it, with what ADK's registry says about it."""
 
     name: str
     fields: dict  # the criterion as a dict (see evalfiles.criterion_fields)
     where: str
     agent_model: str | None
+    info: MetricInfo | None = None  # ADK's MetricInfo; None: ADK has no such metric
+    rejected: str = ""  # why ADK refuses to build its evaluator from this criterion ("" if it accepts it)
+    majority_voted: bool = False  # an LLM judge whose samples ADK majority-votes (a tie fails)
+    rubric_based: bool = False
+    custom: bool = False  # defined by the config's custom_metrics (registered by ADK when the eval runs)
 
 
 @dataclass(frozen=True)
@@ -59,19 +76,72 @@ def lint_evalset(
     """Return the traps an evalset + config pair falls into, before any model is called.
 
     Takes every form `run_eval` takes (names, paths, ADK objects, a list of config names).
+    Metric names, value ranges and evaluator kinds come from ADK's own registry at run time.
     Checks ADK's silent behaviours (untyped per-case rubrics are dropped, ties fail) and the
     method's lessons (self-judging, rubrics that need lore a tool-less agent cannot evidence).
     The knowledge-rubric check is a keyword heuristic: it can miss cases and flag harmless ones.
     """
     evalset, config = load_evalset(evalset), load_eval_config(config)
-    findings: list[Finding] = []
-    for name, criterion in (config.criteria or {}).items():
-        metric = Metric(name, criterion_fields(criterion), f"config criteria.{name}", agent_model)
-        findings += [finding for rule in METRIC_RULES for finding in rule(metric)]
-    context = _context(config)
+    metrics = [adk_metric(config, name, agent_model) for name in config.criteria or {}]
+    findings: list[Finding] = [finding for metric in metrics for rule in METRIC_RULES for finding in rule(metric)]
+    context = _context(config, metrics)
     for case in evalset.eval_cases:
         findings += [finding for rule in CASE_RULES for finding in rule(case, context)]
     return findings
+
+
+def adk_metric(config: EvalConfig, name: str, agent_model: str | None = None) -> Metric:
+    """Return one config criterion with what ADK's registry says about it (no model is called)."""
+    from google.adk.evaluation.llm_as_judge import LlmAsJudge
+    from google.adk.evaluation.rubric_based_evaluator import RubricBasedEvaluator
+
+    custom = name in (config.custom_metrics or {})
+    info = adk_metrics().get(name)
+    fields = criterion_fields(config.criteria[name])
+    metric = Metric(name, fields, f"config criteria.{name}", agent_model, info, custom=custom)
+    if info is None or custom or not info.requires_threshold:
+        return metric
+    try:
+        evaluator = adk_evaluator(config, name)
+    except Exception as error:  # ADK's own words on what the criterion lacks
+        return replace(metric, rejected=first_line(error))
+    return replace(
+        metric,
+        majority_voted=isinstance(evaluator, LlmAsJudge),
+        rubric_based=isinstance(evaluator, RubricBasedEvaluator),
+    )
+
+
+def stop_on_lint_errors(
+    findings: list[Finding], evalset: str | Path | EvalSet, config: str | Path | EvalConfig | list
+) -> None:
+    """Return None when no finding is an error; otherwise raise EvalLintError naming file, place and fix of each."""
+    errors = [finding for finding in findings if finding.severity == "error"]
+    if not errors:
+        return
+    lines = [f"  - {_file_of(f, evalset, config)}: {f.where}: {f.what}. Fix: {f.fix}" for f in errors]
+    raise EvalLintError(
+        f"{len(errors)} lint error(s) stop this eval before any model call:\n"
+        + "\n".join(lines)
+        + "\nFix them, or pass on_lint_error='warn' to run anyway (e.g. to watch what ADK does with them)."
+    )
+
+
+def _file_of(finding: Finding, evalset, config) -> str:
+    if not finding.where.startswith("config"):
+        return _source_name(evalset, EVALSETS, ".evalset.json")
+    metric = finding.where.removeprefix("config criteria.").split(".")[0]
+    for part in config if isinstance(config, list) else [config]:
+        if metric in (load_eval_config(part).criteria or {}):
+            return _source_name(part, CONFIGS, ".json")
+    return _source_name(config, CONFIGS, ".json")
+
+
+def _source_name(source, folder: Path, suffix: str) -> str:
+    if isinstance(source, str | Path):
+        path = data_file(source, folder, suffix)
+        return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+    return "(in-memory " + type(source).__name__ + ")"
 
 
 def findings_table(findings: list[Finding]) -> pd.DataFrame:
@@ -87,39 +157,65 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
 
 
 def unknown_metric(metric: Metric) -> list[Finding]:
-    """Return an error for a metric name ADK does not have."""
-    if metric.name in KNOWN_METRICS:
+    """Return an error for a metric name ADK's registry does not have (and the config does not define)."""
+    if metric.info is not None or metric.custom:
         return []
-    return [
-        Finding(
-            "error", metric.where, f"ADK has no metric named {metric.name!r}", "use one of: " + ", ".join(KNOWN_METRICS)
-        )
-    ]
+    import google.adk
+
+    known = ", ".join(sorted(adk_metrics()))
+    message = f"ADK {google.adk.__version__} has no metric named {metric.name!r}"
+    return [Finding("error", metric.where, message, f"use one of ADK's metrics: {known}")]
+
+
+def informational_metric(metric: Metric) -> list[Finding]:
+    """Return an error for a metric ADK reports on every eval by itself and that takes no threshold."""
+    if metric.info is None or metric.info.requires_threshold:
+        return []
+    message = f"{metric.name} is reported on every eval automatically and takes no threshold (ADK fails the eval)"
+    return [Finding("error", metric.where, message, "remove it from criteria")]
+
+
+def criterion_adk_rejects(metric: Metric) -> list[Finding]:
+    """Return an error when ADK cannot build the metric's evaluator from this criterion."""
+    if not metric.rejected:
+        return []
+    message = f"ADK rejects this criterion: {metric.rejected}"
+    return [Finding("error", metric.where, message, "give the criterion the fields ADK's metric expects")]
 
 
 def threshold_outside_range(metric: Metric) -> list[Finding]:
-    """Return an error for a threshold outside [0, 1]."""
+    """Return an error for a threshold outside the metric's value range (ADK's MetricInfo; [0, 1] for most)."""
     threshold = metric.fields.get("threshold")
-    if metric.name not in KNOWN_METRICS or threshold is None or 0 <= float(threshold) <= 1:
+    if metric.info is None or threshold is None:
         return []
-    message = f"threshold {threshold} is outside [0, 1]"
-    return [Finding("error", metric.where, message, "scores are in [0, 1]: pick a threshold inside it")]
+    interval = metric.info.metric_value_info.interval if metric.info.metric_value_info else None
+    low, high = (interval.min_value, interval.max_value) if interval else (0.0, 1.0)
+    if isinstance(threshold, int | float) and not isinstance(threshold, bool) and low <= threshold <= high:
+        return []
+    message = f"threshold {threshold!r} is outside [{low:g}, {high:g}], the range of {metric.name}'s scores"
+    return [Finding("error", metric.where, message, f"pick a threshold inside [{low:g}, {high:g}]")]
 
 
-def even_judge_samples(metric: Metric) -> list[Finding]:
-    """Return a warning when the reference judge samples an even number of times (a tie fails)."""
+def judge_samples(metric: Metric) -> list[Finding]:
+    """Return an error for num_samples < 1, and a warning for an even number of samples on a metric
+    whose judge samples ADK majority-votes (a tie counts as a fail)."""
     options = metric.fields.get("judge_model_options")
-    samples = (options or {}).get("num_samples", 5)
-    if metric.name != "final_response_match_v2" or options is None or samples % 2:
+    if options is None:
         return []
-    message = f"num_samples={samples} is even: a tie counts as invalid"
-    return [Finding("warning", metric.where, message, "use an odd number of samples")]
+    samples = options.get("num_samples", 5)
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        message = f"num_samples={samples!r}: the judge must be asked at least once"
+        return [Finding("error", f"{metric.where}.judge_model_options", message, "use an odd number: 1, 3 or 5")]
+    if metric.majority_voted and samples % 2 == 0:
+        message = f"num_samples={samples} is even: ADK majority-votes the samples and a tie counts as a fail"
+        return [Finding("warning", f"{metric.where}.judge_model_options", message, "use an odd number of samples")]
+    return []
 
 
 def self_judge(metric: Metric) -> list[Finding]:
     """Return a warning when the judge is the agent's own model."""
     judge = (metric.fields.get("judge_model_options") or {}).get("judge_model")
-    if metric.name not in KNOWN_METRICS or not metric.agent_model or judge != metric.agent_model:
+    if metric.info is None or not metric.agent_model or judge != metric.agent_model:
         return []
     return [
         Finding(
@@ -133,7 +229,7 @@ def self_judge(metric: Metric) -> list[Finding]:
 
 def config_rubric_texts(metric: Metric) -> list[Finding]:
     """Return the rubric-text findings of every rubric a judged rubric metric lists in the config."""
-    if KNOWN_METRICS.get(metric.name) != "rubric" or metric.fields.get("judge_model_options") is None:
+    if not metric.rubric_based or metric.fields.get("judge_model_options") is None:
         return []
     rubrics = metric.fields.get("rubrics") or []
     return [f for r in rubrics for f in _rubric_text_findings(r, f"{metric.where}.rubrics[{r.get('rubric_id')}]")]
@@ -141,8 +237,10 @@ def config_rubric_texts(metric: Metric) -> list[Finding]:
 
 METRIC_RULES: list[Callable[[Metric], list[Finding]]] = [
     unknown_metric,
+    informational_metric,
+    criterion_adk_rejects,
     threshold_outside_range,
-    even_judge_samples,
+    judge_samples,
     self_judge,
     config_rubric_texts,
 ]
@@ -249,17 +347,13 @@ def _rubric_places(case) -> list[tuple[str, list]]:
     return [(where, case.rubrics or []), *per_turn]
 
 
-def _context(config) -> Context:
+def _context(config, metrics: list[Metric]) -> Context:
     criteria = config.criteria or {}
     trajectory = criteria.get("tool_trajectory_avg_score")
     match_type = criterion_fields(trajectory).get("match_type", "EXACT") if trajectory is not None else "EXACT"
+    rubric_metrics = [metric for metric in metrics if metric.rubric_based]
     return Context(
-        has_rubric_metric=any(KNOWN_METRICS.get(name) == "rubric" for name in criteria),
-        config_rubric_ids={
-            rubric.get("rubric_id")
-            for name, criterion in criteria.items()
-            if KNOWN_METRICS.get(name) == "rubric"
-            for rubric in criterion_fields(criterion).get("rubrics") or []
-        },
+        has_rubric_metric=bool(rubric_metrics),
+        config_rubric_ids={rubric.get("rubric_id") for m in rubric_metrics for rubric in m.fields.get("rubrics") or []},
         in_order_trajectory=str(match_type).upper() == "IN_ORDER",
     )

@@ -24,6 +24,7 @@ from google.adk.models.registry import LLMRegistry
 from google.genai import types
 
 from workbook.cassettes import cassettes, normalize_request
+from workbook.judge_formats import format_key
 from workbook.llama import local_generate
 from workbook.settings import CredentialsError, settings
 from workbook.util import shown_path
@@ -46,6 +47,7 @@ class LocalLlm(BaseLlm):
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
         request = normalize_request(self.model, llm_request)
+        request |= format_key(request)  # the judge format the workbook adds is part of the key
         reply = await cassettes().call(request, lambda seed: local_generate(request, seed))
         yield reply_to_llm_response(reply)
 

@@ -12,8 +12,10 @@ if TYPE_CHECKING:
 from google.genai import types
 
 from workbook.agreement import case_verdicts
-from workbook.evals import judge_answers
+from workbook.evals import judge_frozen
+from workbook.failures import OnError, run_counts, settle_failures, summary_line
 from workbook.runs import provenance, write_run
+from workbook.runscope import replay_scope
 from workbook.util import now, text_digest
 
 
@@ -47,28 +49,33 @@ def judge_panel(
     repeats: int = 2,
     run_id: str = "panel",
     threshold: float = 0.5,
+    on_error: OnError = "raise",
 ) -> pd.DataFrame:
     """Return the tidy run table of frozen answers re-judged by every judge, `samples` x `repeats` times.
 
     Judges are model names, judged with final_response_match_v2 (sampled at the model's default
     temperature, seeds recorded), or "rouge" for ADK's non-LLM response_match_score baseline.
+    The panel is one replay scope. A failed judge call or replay miss raises IncompleteRunError
+    listing every judge's affected cases (on_error="keep": rows with status ERROR, and a warning).
     """
     import pandas as pd
     from google.adk.evaluation.eval_config import EvalConfig
 
     evalset = answers_evalset(answers)
-    started, tables = now(), []
-    for judge in judges:
-        if judge == "rouge":
-            criteria = {"response_match_score": threshold}
-        else:
-            options = {"judge_model": judge, "num_samples": samples}
-            criteria = {"final_response_match_v2": {"threshold": threshold, "judge_model_options": options}}
-        table = judge_answers(
-            answers, evalset, EvalConfig(criteria=criteria), repeats=repeats, run_id=run_id, judge_label=judge
-        )
-        tables.append(table)
+    started, tables, failures = now(), [], []
+    with replay_scope(run_id):
+        for judge in judges:
+            if judge == "rouge":
+                criteria = {"response_match_score": threshold}
+            else:
+                options = {"judge_model": judge, "num_samples": samples}
+                criteria = {"final_response_match_v2": {"threshold": threshold, "judge_model_options": options}}
+            config = EvalConfig(criteria=criteria)
+            table, noted = judge_frozen(answers, evalset, config, repeats=repeats, run_id=run_id, judge_label=judge)
+            tables.append(table)
+            failures += noted
     panel = pd.concat(tables, ignore_index=True)
+    settle_failures(panel, failures, on_error, f"judge_panel {run_id}")
     meta = {
         "run_id": run_id,
         "kind": "judge_panel",
@@ -78,10 +85,12 @@ def judge_panel(
         "samples": samples,
         "repeats": repeats,
         **provenance(),
+        **run_counts(panel),
         "started": started,
         "ended": now(),
     }
     write_run(panel, meta)
+    print(summary_line(run_id, panel))
     return panel
 
 

@@ -35,6 +35,15 @@ class EvalFileError(WorkbookError):
     """An evalset or config file is malformed; the message names file, JSON path and problem."""
 
 
+class EvalLintError(EvalFileError):
+    """An evalset + config pair has lint errors, so run_eval stopped before any model call."""
+
+
+class IncompleteRunError(WorkbookError):
+    """A run could not compute some results (a failed inference, judge call or replay miss); the
+    message lists each case, metric and cause."""
+
+
 class BatteryError(WorkbookError):
     """A battery YAML file does not match the expected schema."""
 

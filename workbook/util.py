@@ -84,6 +84,12 @@ def _ends_with_newline(handle) -> bool:
     return last == b"\n"
 
 
+def first_line(error: object) -> str:
+    """Return the first line of an error's message (its type name when it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def now() -> str:
     """Return the current UTC time in ISO format, to the second."""
     return datetime.now(UTC).isoformat(timespec="seconds")
