@@ -30,12 +30,13 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      read_findings,
                                                      load_frozen_answers, load_findings
   04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items
-                             workbook.judge_stats    wilson, cluster_bootstrap, paired_mcnemar,
-                                                     stability_curve, samples_for_stability,
-                                                     noise_split, judge_health, calibrate_cv
+                             workbook.judge_stats    wilson, bootstrap_ci, cluster_bootstrap,
+                                                     paired_mcnemar, stability_curve,
+                                                     samples_for_stability, noise_split,
+                                                     judge_health, calibrate_cv
                              workbook.agreement      case_verdicts, flip_rates, pairwise_kappa,
-                                                     panel_agreement, versus_truth, bootstrap_ci,
-                                                     pass_rates, kappa_ci
+                                                     panel_agreement, versus_truth, pass_rates,
+                                                     kappa_ci
                              workbook.labels         scoreboard
                              workbook.plots          plot_flip_rates, plot_kappa_heatmap,
                                                      plot_pass_rates, plot_confusion
@@ -66,7 +67,6 @@ from workbook.agent import (
     side_by_side,
 )
 from workbook.agreement import (
-    bootstrap_ci,
     case_verdicts,
     flip_rates,
     kappa_ci,
@@ -108,6 +108,7 @@ from workbook.findings import (
 # `make report`: the papermill grid and the HTML report.
 from workbook.grid import KERNEL_NAME, export_report, grid_jobs, report_main, run_grid
 from workbook.judge_stats import (
+    bootstrap_ci,
     calibrate_cv,
     cluster_bootstrap,
     judge_health,
@@ -206,6 +207,7 @@ __all__ = [
     "sample_rationales",
     "write_findings",
     # design-aware judge statistics (notebook 04)
+    "bootstrap_ci",
     "calibrate_cv",
     "cluster_bootstrap",
     "judge_health",
@@ -239,7 +241,6 @@ __all__ = [
     "judge_panel",
     "triage_items",
     "triage_table",
-    "bootstrap_ci",
     "case_verdicts",
     "flip_rates",
     "kappa_ci",
