@@ -96,7 +96,7 @@ def paired_mcnemar(before: pd.Series, after: pd.Series, labels: tuple[str, str] 
     differs = p_value < 0.05
     sentence = (
         f"On {len(both)} paired cases, {second} passes {fixed} that {first} failed and fails {broke} that {first} "
-        f"passed (exact McNemar p = {p_value:.2f}): "
+        f"passed (exact McNemar p = {p_value:.2g}): "
         + (
             "a difference this lopsided is unlikely to be chance."
             if differs
