@@ -1,7 +1,8 @@
 """Judge agreement statistics (notebooks 04 and 05): verdicts, flip rates, kappas, alpha, intervals.
 
-Every statistic comes from a library: scikit-learn (Cohen's kappa, accuracy, precision, recall),
-statsmodels (Fleiss' kappa), krippendorff (alpha); intervals resample answers (workbook.judge_stats).
+Statistics come from libraries: scikit-learn (accuracy, precision, recall), statsmodels (Fleiss' kappa),
+krippendorff (alpha); Cohen's kappa and every interval come from workbook.judge_stats (kappa vectorized for
+the bootstrap, tested against scikit-learn's; intervals resample answers).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def flip_rates(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def pairwise_kappa(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """Return a judge x judge table of Cohen's kappa (scikit-learn) on case-level verdicts."""
+    """Return a judge x judge table of Cohen's kappa on case-level verdicts."""
     import pandas as pd
 
     judges = list(verdicts.columns)
