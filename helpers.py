@@ -31,7 +31,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      load_frozen_answers, load_findings
   04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items
                              workbook.judge_stats    wilson, bootstrap_ci, cluster_bootstrap,
-                                                     paired_mcnemar, stability_curve,
+                                                     paired_mcnemar, stability_curve, stable_k,
                                                      samples_for_stability, noise_split,
                                                      judge_health, calibrate_cv
                              workbook.agreement      sample_verdicts, case_verdicts, flip_rates,
@@ -119,6 +119,7 @@ from workbook.judge_stats import (
     paired_mcnemar,
     samples_for_stability,
     stability_curve,
+    stable_k,
     wilson,
 )
 from workbook.label_sets import labelled_answers
@@ -221,6 +222,7 @@ __all__ = [
     "paired_mcnemar",
     "samples_for_stability",
     "stability_curve",
+    "stable_k",
     "wilson",
     "case_scores",
     "defect_pairs",

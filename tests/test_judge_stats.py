@@ -69,7 +69,7 @@ def test_stability_curve_stops_at_the_recorded_samples_and_finds_k_for_95():
     assert shaky[1] == pytest.approx(5 / 6) and shaky[3] == pytest.approx((5 / 6) ** 3 + 3 * (5 / 6) ** 2 / 6)
     summary = helpers.samples_for_stability(curve).loc["j"]
     mean = curve.groupby("k").agreement.mean()
-    assert summary.k_for_95 == int(mean[mean >= 0.95].index.min())
+    assert summary.k_for_95 == helpers.stable_k(mean) and (mean[mean.index >= summary.k_for_95] >= 0.95).all()
     assert summary.cases_stable_at_5 == 1.0 and summary.samples_per_case == 6  # shaky at 5: 0.965
     assert (curve.agreement + curve.disagreement).eq(1).all()
 
@@ -77,7 +77,14 @@ def test_stability_curve_stops_at_the_recorded_samples_and_finds_k_for_95():
 def test_stability_says_none_when_95_is_not_reached_within_the_samples():
     samples = pd.DataFrame({"judge": "coin", "case": "c", "passed": [1, 0, 1, 0, 1, 0]})
     summary = helpers.samples_for_stability(helpers.stability_curve(samples)).loc["coin"]
-    assert summary.k_for_95 is None or np.isnan(summary.k_for_95)
+    assert np.isnan(summary.k_for_95)
+
+
+def test_stable_k_waits_until_agreement_stays_above_the_level():
+    dips = pd.Series([0.80, 0.96, 0.93, 0.97, 0.98], index=range(1, 6))  # k = 2 reaches 0.95, k = 3 falls back
+    assert helpers.stable_k(dips) == 4
+    assert helpers.stable_k(pd.Series([0.99, 0.97], index=[1, 2])) == 1
+    assert np.isnan(helpers.stable_k(pd.Series([0.96, 0.90], index=[1, 2])))
 
 
 def test_noise_split_uses_sample_variances_per_case():
@@ -121,8 +128,9 @@ def test_calibration_rescues_a_lenient_judge_on_held_out_folds():
     assert low <= 0.5 <= high
 
 
-def test_calibration_refuses_one_class_labels():
+def test_calibration_refuses_labels_with_too_few_of_one_outcome():
     assert "error" in helpers.calibrate_cv(pd.Series([0.2, 0.9]), pd.Series([1, 1]))
+    assert "error" in helpers.calibrate_cv(pd.Series([0.2, 0.9, 0.4]), pd.Series([1, 0, 0]))  # one pass only
 
 
 def test_panel_alpha_interval_contains_the_estimate():

@@ -147,14 +147,23 @@ def stability_curve(samples: pd.DataFrame, max_k: int | None = None) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+def stable_k(agreement: pd.Series, level: float = 0.95) -> float:
+    """Return the smallest k (the Series' index) from which agreement stays at or above `level` up to the
+    largest k recorded; NaN when the last k is below it. (Ties fail, so an even k can dip below an odd one.)"""
+    below = agreement[agreement < level]
+    if len(below) and below.index.max() == agreement.index.max():
+        return float("nan")
+    return float(below.index.max() + 1 if len(below) else agreement.index.min())
+
+
 def samples_for_stability(curve: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """Return per judge: cases, recorded samples N, mean agreement and share of stable cases at ADK's 5
-    samples, and the smallest k whose mean agreement over cases reaches `level` (None: not within N)."""
+    samples, and `k_for_95`: the smallest k from which the mean agreement over cases stays at or above
+    `level` up to N (NaN: not within N)."""
     rows = []
     for judge, group in curve.groupby("judge", sort=False):
         mean = group.groupby("k")["agreement"].mean()
         at_default = group[group.k == ADK_DEFAULT_SAMPLES]
-        reached = mean[mean >= level]
         rows.append(
             {
                 "judge": judge,
@@ -162,7 +171,7 @@ def samples_for_stability(curve: pd.DataFrame, level: float = 0.95) -> pd.DataFr
                 "samples_per_case": int(group.k.max()),
                 "mean_agreement_at_5": float(mean.get(ADK_DEFAULT_SAMPLES, float("nan"))),
                 "cases_stable_at_5": float((at_default.agreement >= level).mean()) if len(at_default) else float("nan"),
-                "k_for_95": int(reached.index.min()) if len(reached) else None,
+                "k_for_95": stable_k(mean, level),
             }
         )
     return pd.DataFrame(rows).set_index("judge")
@@ -235,9 +244,10 @@ def calibrate_cv(scores: pd.Series, labels: pd.Series, folds: int = 5, seed: int
 
     data = pd.concat([scores.rename("score"), labels.rename("label")], axis=1).dropna()
     y, s = data.label.astype(int).to_numpy(), data.score.to_numpy(dtype=float)
-    folds = max(2, min(folds, int(np.bincount(y).min()))) if len(set(y)) == 2 else 0
-    if not folds:
-        return {"cases": len(data), "error": "labels hold one class only: no calibration possible"}
+    fewest = int(np.bincount(y, minlength=2).min())
+    if fewest < 2:
+        return {"cases": len(data), "error": "cross-validation needs at least two labelled passes and two fails"}
+    folds = min(folds, fewest)
     raw = (s > 0.5).astype(int)
     tuned, thresholds = np.zeros_like(y), []
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(s, y):
