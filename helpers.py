@@ -28,19 +28,21 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.widget         LabellingWidget
                              workbook.plots          plot_failure_kinds
   02, 03, 04 (findings)      workbook.findings       finding_experiment, sample_rationales, finding_row,
-                                                     promotion_finding, arm_results, write_findings,
-                                                     read_findings,
+                                                     promotion_finding, noise_finding_row, arm_results,
+                                                     write_findings, read_findings,
                                                      load_frozen_answers, load_findings
   04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items
-                             workbook.judge_stats    wilson, cluster_bootstrap, paired_mcnemar,
-                                                     stability_curve, samples_for_stability,
-                                                     noise_split, judge_health, calibrate_cv
-                             workbook.agreement      case_verdicts, flip_rates, pairwise_kappa,
-                                                     panel_agreement, versus_truth, bootstrap_ci,
+                             workbook.judge_stats    wilson, bootstrap_ci, cluster_bootstrap,
+                                                     paired_mcnemar, stability_curve, stable_k,
+                                                     samples_for_stability, noise_split,
+                                                     judge_health, calibrate_cv
+                             workbook.agreement      sample_verdicts, case_verdicts, flip_rates,
+                                                     pairwise_kappa, panel_agreement, versus_truth,
                                                      pass_rates, kappa_ci
                              workbook.labels         scoreboard
+                             workbook.label_sets     labelled_answers
                              workbook.plots          plot_flip_rates, plot_kappa_heatmap,
-                                                     plot_pass_rates, plot_confusion
+                                                     plot_pass_rates, plot_confusion, plot_stability
   05_comparison_report       workbook.report_views   run_overview, version_pass_rates, version_changes,
                                                      cost_by_version
                              workbook.plots          plot_version_pass_rates
@@ -74,13 +76,13 @@ from workbook.agent import (
     side_by_side,
 )
 from workbook.agreement import (
-    bootstrap_ci,
     case_verdicts,
     flip_rates,
     kappa_ci,
     pairwise_kappa,
     panel_agreement,
     pass_rates,
+    sample_verdicts,
     versus_truth,
 )
 
@@ -107,6 +109,7 @@ from workbook.findings import (
     finding_row,
     load_findings,
     load_frozen_answers,
+    noise_finding_row,
     promotion_finding,
     read_findings,
     sample_rationales,
@@ -117,6 +120,7 @@ from workbook.findings import (
 from workbook.grid import KERNEL_NAME, export_report, report_main, run_grid
 from workbook.grid_file import grid_jobs
 from workbook.judge_stats import (
+    bootstrap_ci,
     calibrate_cv,
     cluster_bootstrap,
     judge_health,
@@ -124,8 +128,10 @@ from workbook.judge_stats import (
     paired_mcnemar,
     samples_for_stability,
     stability_curve,
+    stable_k,
     wilson,
 )
+from workbook.label_sets import labelled_answers
 from workbook.labels import FAILURE_KINDS, read_labels, save_label, scoreboard, with_labels
 from workbook.lint import Finding, findings_table, lint_evalset
 from workbook.models import LocalLlm, RecordedGemini, describe_backend, supports_thinking
@@ -140,6 +146,7 @@ from workbook.plots import (
     plot_flip_rates,
     plot_kappa_heatmap,
     plot_pass_rates,
+    plot_stability,
     plot_tokens,
     plot_version_pass_rates,
 )
@@ -223,10 +230,12 @@ __all__ = [
     "promotion_finding",
     "load_findings",
     "load_frozen_answers",
+    "noise_finding_row",
     "read_findings",
     "sample_rationales",
     "write_findings",
     # design-aware judge statistics (notebook 04)
+    "bootstrap_ci",
     "calibrate_cv",
     "cluster_bootstrap",
     "judge_health",
@@ -234,6 +243,7 @@ __all__ = [
     "paired_mcnemar",
     "samples_for_stability",
     "stability_curve",
+    "stable_k",
     "wilson",
     "case_scores",
     "defect_pairs",
@@ -260,19 +270,21 @@ __all__ = [
     "judge_panel",
     "triage_items",
     "triage_table",
-    "bootstrap_ci",
     "case_verdicts",
     "flip_rates",
     "kappa_ci",
     "pairwise_kappa",
     "panel_agreement",
     "pass_rates",
+    "sample_verdicts",
     "versus_truth",
     "scoreboard",
+    "labelled_answers",
     "plot_confusion",
     "plot_flip_rates",
     "plot_kappa_heatmap",
     "plot_pass_rates",
+    "plot_stability",
     # 05
     "cost_by_version",
     "run_overview",

@@ -65,6 +65,23 @@ def test_latest_label_wins_and_history_is_kept(labels_dir):
     assert len(latest) == 1 and latest.verdict[0] == "fail" and latest.failure_kind[0] == "agent_outdated_knowledge"
 
 
+def test_an_adjudication_sits_beside_the_blind_label_and_never_overwrites_it(labels_dir):
+    first, second, third = (row for _, row in _answers().iterrows())
+    helpers.save_label(first, "pass", labeller="ana")
+    helpers.save_label(second, "fail", labeller="ana")
+    blind_file = (labels_dir / "archivist.csv").read_text()
+    helpers.save_label(first, "fail", "agent_outdated_knowledge", "after seeing the judge", "bo", adjudication=True)
+    helpers.save_label(third, "pass", labeller="bo", adjudication=True)  # adjudicated, never labelled blind
+    assert (labels_dir / "archivist.csv").read_text() == blind_file
+    labels = helpers.read_labels().set_index("answer_digest")
+    assert labels.loc["abc123", ["verdict", "adjudicated_verdict", "adjudicated_kind"]].tolist() == [
+        "pass", "fail", "agent_outdated_knowledge"
+    ]  # fmt: skip
+    assert labels.loc["def456", "adjudicated_verdict"] == "" and labels.loc["ghi789", "verdict"] == ""
+    joined = helpers.with_labels(_answers()).set_index("answer_digest")
+    assert joined.loc["abc123", ["verdict", "adjudicated_verdict"]].tolist() == ["pass", "fail"]
+
+
 def test_a_torn_write_is_ignored_and_the_file_stays_usable(labels_dir):
     answers = _answers()
     helpers.save_label(answers.iloc[0], "fail", "agent_outdated_knowledge", labeller="ana")

@@ -1,13 +1,15 @@
 """Judge agreement statistics (notebooks 04 and 05): verdicts, flip rates, kappas, alpha, intervals.
 
-Every statistic comes from a library: scikit-learn (Cohen's kappa, accuracy, precision, recall),
-statsmodels (Fleiss' kappa), krippendorff (alpha), scipy (bootstrap intervals).
+Statistics come from libraries: scikit-learn (accuracy, precision, recall), statsmodels (Fleiss' kappa),
+krippendorff (alpha); Cohen's kappa and every interval come from workbook.judge_stats (kappa vectorized for
+the bootstrap, tested against scikit-learn's; intervals resample answers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from workbook.judge_stats import bootstrap_ci, cluster_bootstrap, cohen_kappa
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,44 +49,42 @@ def flip_rates(table: pd.DataFrame) -> pd.DataFrame:
     return result
 
 
-def _kappa(first, second) -> float:
-    """Cohen's kappa (scikit-learn), taken as 1 when both raters gave one identical label throughout."""
-    import numpy as np
-    from sklearn.metrics import cohen_kappa_score
-
-    first, second = np.asarray(first), np.asarray(second)
-    if len(set(first) | set(second)) == 1:
-        return 1.0  # both raters gave one identical label throughout: perfect, if uninformative, agreement
-    return float(cohen_kappa_score(first, second))
-
-
 def pairwise_kappa(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """Return a judge x judge table of Cohen's kappa (scikit-learn) on case-level verdicts."""
+    """Return a judge x judge table of Cohen's kappa on case-level verdicts."""
     import pandas as pd
 
     judges = list(verdicts.columns)
     matrix = pd.DataFrame(index=judges, columns=judges, dtype=float)
     for first in judges:
         for second in judges:
-            matrix.loc[first, second] = _kappa(verdicts[first], verdicts[second])
+            matrix.loc[first, second] = cohen_kappa(verdicts[first], verdicts[second])
     return matrix
 
 
 def panel_agreement(verdicts: pd.DataFrame) -> dict:
-    """Return Fleiss' kappa (statsmodels) and Krippendorff's alpha (krippendorff) across all judges."""
-    import krippendorff
-    import numpy as np
+    """Return Fleiss' kappa (statsmodels) and Krippendorff's alpha (krippendorff) across all judges, with
+    alpha's 95% interval resampling the cases (`alpha_ci`)."""
     from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
 
-    counts, _ = aggregate_raters(verdicts.to_numpy())
-    reliability = verdicts.to_numpy().T.astype(float)  # raters x units
-    unanimous = len(np.unique(reliability)) == 1
+    unanimous = verdicts.stack().nunique() <= 1
+    columns = tuple(verdicts[judge].to_numpy() for judge in verdicts.columns)
+    estimate, low, high = bootstrap_ci(columns, _alpha)
     return {
-        "fleiss_kappa": float(fleiss_kappa(counts)) if not unanimous else 1.0,
-        "krippendorff_alpha": float(krippendorff.alpha(reliability_data=reliability, level_of_measurement="nominal"))
-        if not unanimous
-        else 1.0,
+        "fleiss_kappa": 1.0 if unanimous else float(fleiss_kappa(aggregate_raters(verdicts.to_numpy())[0])),
+        "krippendorff_alpha": estimate,
+        "alpha_ci": (low, high),
     }
+
+
+def _alpha(*columns) -> float:
+    """Krippendorff's alpha (nominal) of one column of verdicts per judge; 1 when every verdict is the same."""
+    import krippendorff
+    import numpy as np
+
+    reliability = np.vstack(columns).astype(float)  # raters x units
+    if len(np.unique(reliability)) == 1:
+        return 1.0
+    return float(krippendorff.alpha(reliability_data=reliability, level_of_measurement="nominal"))
 
 
 def versus_truth(verdicts: pd.DataFrame, truth: pd.Series) -> pd.DataFrame:
@@ -109,55 +109,28 @@ def versus_truth(verdicts: pd.DataFrame, truth: pd.Series) -> pd.DataFrame:
                 "accuracy": accuracy_score(expected, said),
                 "fail_precision": precision_score(expected, said, pos_label=0, zero_division=0),
                 "fail_recall": recall_score(expected, said, pos_label=0, zero_division=0),
-                "kappa": _kappa(expected, said),
+                "kappa": cohen_kappa(expected, said),
             }
         )
     return pd.DataFrame(rows).set_index("judge").round(3)
 
 
-def bootstrap_ci(
-    values: Any, statistic: Callable | None = None, resamples: int = 2000, seed: int = 0
-) -> tuple[float, float, float]:
-    """Return (estimate, low, high): a statistic and its 95% bootstrap interval (scipy.stats.bootstrap).
-
-    `values` is one array (default statistic: the mean) or a tuple of paired arrays.
-    """
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    samples = values if isinstance(values, tuple) else (np.asarray(values, dtype=float),)
-    statistic = statistic or (lambda sample, axis=-1: np.mean(sample, axis=axis))
-    estimate = float(statistic(*samples))
-    if len(samples[0]) < 2 or all(len(np.unique(sample)) == 1 for sample in samples):
-        return estimate, estimate, estimate  # nothing varies: every resample gives the same value
-    result = bootstrap(
-        samples,
-        statistic,
-        n_resamples=resamples,
-        paired=len(samples) > 1,
-        vectorized=len(samples) == 1,
-        confidence_level=0.95,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-    )
-    low, high = result.confidence_interval
-    low = estimate if np.isnan(low) else float(low)
-    high = estimate if np.isnan(high) else float(high)
-    return estimate, min(low, estimate), max(high, estimate)
-
-
 def pass_rates(table: pd.DataFrame) -> pd.DataFrame:
-    """Return each judge's pass rate over all samples with a 95% bootstrap interval."""
+    """Return each judge's pass rate over all its samples, with a 95% interval that resamples answers
+    (cluster bootstrap: an answer's samples and repeats stay together)."""
     import pandas as pd
 
     samples = sample_verdicts(table)
     rows = []
     for judge, group in samples.groupby("judge", sort=False):
-        estimate, low, high = bootstrap_ci(group["passed"].to_numpy())
-        rows.append({"judge": judge, "samples": len(group), "pass_rate": estimate, "ci_low": low, "ci_high": high})
+        estimate, low, high = cluster_bootstrap(group["passed"], group["case"])
+        rows.append(
+            {"judge": judge, "answers": group["case"].nunique(), "samples": len(group)}
+            | {"pass_rate": estimate, "ci_low": low, "ci_high": high}
+        )
     return pd.DataFrame(rows).set_index("judge").round(3)
 
 
 def kappa_ci(first: pd.Series, second: pd.Series) -> tuple[float, float, float]:
-    """Return Cohen's kappa between two verdict Series with a paired 95% bootstrap interval."""
-    return bootstrap_ci((first.to_numpy(), second.to_numpy()), _kappa)
+    """Return Cohen's kappa between two case-level verdict Series with a 95% interval resampling the cases."""
+    return bootstrap_ci((first.to_numpy(), second.to_numpy()), cohen_kappa, vectorized=True)

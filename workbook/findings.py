@@ -363,3 +363,30 @@ def promotion_finding(coverage: pd.DataFrame, judged: pd.DataFrame) -> dict:
             f"{row.case} ({text_digest(row.answer)})" for row in judged.drop_duplicates("case").itertuples()
         ),
     }
+
+
+def noise_finding_row(agent_runs: pd.DataFrame, judge_runs: pd.DataFrame) -> dict:
+    """Return F9's findings row: on how many cases the verdicts vary across agent repeats (one judge sample
+    each) and across judge samples on one frozen answer, each share with its Wilson interval over cases.
+
+    "Reproduced" means at least one case varies in either arm: one run is then a sample, not the truth.
+    """
+    arms, varying = [], set()
+    for arm, table in (("agent repeats", agent_runs), ("judge samples on one answer", judge_runs)):
+        verdicts = table[table["sample_verdict"].isin(["pass", "fail"])].groupby("case")["sample_verdict"]
+        varies = verdicts.nunique().gt(1)
+        varying |= set(varies[varies].index)
+        low, high = wilson(int(varies.sum()), len(varies))
+        arms.append(
+            f"{arm}: {int(varies.sum())}/{len(varies)} cases vary = {varies.mean():.2f} [{low:.2f}, {high:.2f}]"
+        )
+    runs = f"{agent_runs['run_id'].iloc[0]}, {judge_runs['run_id'].iloc[0]}"
+    return {
+        "finding": "F9",
+        "title": "One run is a sample: answers and verdicts vary between runs",
+        "varied": "agent repeat; judge sample",
+        "arms": "; ".join(arms) + " (cases whose verdicts vary)",
+        "outcome": "reproduced" if varying else "not reproduced by this judge",
+        "p_value": float("nan"),
+        "evidence": f"{runs}: " + (", ".join(sorted(varying)) or "no case varied"),
+    }

@@ -1,4 +1,8 @@
-"""Human labels (notebooks 03 and 04): one append-only CSV per battery; torn writes skipped, edits refused."""
+"""Human labels (notebooks 03 and 04): one append-only CSV per battery; torn writes skipped, edits refused.
+
+Blind labels (made before seeing any judge) live in <battery>.csv; a verdict revised after seeing a judge
+is an adjudication, kept beside them in <battery>.adjudications.csv (same columns), never over them.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +43,12 @@ LABEL_COLUMNS = [
 ]  # fmt: skip
 # What identifies an answer across labels: the same text can recur across versions.
 ANSWER_KEY = ["conversation", "turn", "prompt_version", "model", "answer_digest"]
+ADJUDICATIONS = ".adjudications"  # <battery>.adjudications.csv: verdicts revised after seeing a judge
+ADJUDICATED_COLUMNS = {
+    "verdict": "adjudicated_verdict",
+    "failure_kind": "adjudicated_kind",
+    "note": "adjudication_note",
+}
 
 
 def save_label(
@@ -48,12 +58,15 @@ def save_label(
     note: str = "",
     labeller: str = "",
     battery: str = "archivist",
+    adjudication: bool = False,
 ) -> dict:
     """Append one label for one answer to <labels_dir()>/<battery>.csv at once; return the row written.
 
     Rows are only ever appended (relabelling keeps history; the latest label wins). Each row
     carries a checksum: a write torn by a crash is ignored on reading, a row edited by hand is
     refused with its file and line. A note may hold any text (newlines, quotes, commas).
+    A label made after seeing a judge is an adjudication (`adjudication=True`): it goes to
+    <battery>.adjudications.csv and leaves the blind label as it was.
     """
     if verdict not in ("pass", "fail"):
         raise WorkbookError(f"verdict must be 'pass' or 'fail', not {verdict!r}")
@@ -73,29 +86,49 @@ def save_label(
         "note": note,
     }
     row["row_check"] = _row_check(row)
-    _append_csv_row(labels_dir() / f"{battery}.csv", row)
+    _append_csv_row(labels_dir() / f"{battery}{ADJUDICATIONS if adjudication else ''}.csv", row)
     return row
 
 
 def read_labels(battery: str = "archivist", latest: bool = True) -> pd.DataFrame:
-    """Return the labels of a battery; with latest=True, only the newest label per answer."""
+    """Return the blind labels of a battery (with latest=True, only the newest per answer), each with the
+    newest adjudication of its answer beside it: adjudicated_verdict, adjudicated_kind, adjudication_note
+    (blank where none). An answer with only an adjudication has a blank blind verdict."""
     import pandas as pd
 
     path = labels_dir() / f"{battery}.csv"
     if not path.exists():
-        return pd.DataFrame(columns=LABEL_COLUMNS)
+        return _beside_adjudications(pd.DataFrame(columns=LABEL_COLUMNS), battery)
     table = pd.DataFrame(_label_rows(path), columns=LABEL_COLUMNS)
     table["turn"] = table["turn"].astype(int)
     if latest:
         table = table.drop_duplicates(ANSWER_KEY, keep="last")
-    return table.reset_index(drop=True)
+    return _beside_adjudications(table.reset_index(drop=True), battery)
+
+
+def _beside_adjudications(table: pd.DataFrame, battery: str) -> pd.DataFrame:
+    import pandas as pd
+
+    if battery.endswith(ADJUDICATIONS):
+        return table
+    adjudicated = read_labels(battery + ADJUDICATIONS).drop_duplicates(ANSWER_KEY, keep="last")
+    adjudicated = adjudicated[[*ANSWER_KEY, *ADJUDICATED_COLUMNS]].rename(columns=ADJUDICATED_COLUMNS)
+    if adjudicated.empty:
+        return table.assign(**dict.fromkeys(ADJUDICATED_COLUMNS.values(), ""))
+    merged = table.astype({"turn": int}).merge(adjudicated, on=ANSWER_KEY, how="left")
+    alone = adjudicated.merge(table[ANSWER_KEY].astype({"turn": int}), on=ANSWER_KEY, how="left", indicator=True)
+    alone = alone[alone.pop("_merge") == "left_only"]  # adjudicated answers with no blind label
+    return pd.concat([merged, alone], ignore_index=True).fillna(
+        dict.fromkeys([*LABEL_COLUMNS, *ADJUDICATED_COLUMNS.values()], "")
+    )
 
 
 def with_labels(answers: pd.DataFrame, battery: str = "archivist") -> pd.DataFrame:
-    """Return battery answers joined with their latest human label (blank where none yet)."""
-    labels = read_labels(battery)[[*ANSWER_KEY, "verdict", "failure_kind", "note", "labeller"]]
+    """Return battery answers joined with their latest blind label and any adjudication (blank where none yet)."""
+    columns = ["verdict", "failure_kind", "note", "labeller", "adjudicated_verdict"]
+    labels = read_labels(battery)[[*ANSWER_KEY, *columns]]
     merged = answers.merge(labels, on=ANSWER_KEY, how="left")
-    return merged.fillna({"verdict": "", "failure_kind": "", "note": "", "labeller": ""})
+    return merged.fillna(dict.fromkeys(columns, ""))
 
 
 def scoreboard(triage_labels: pd.DataFrame, battery_labels: pd.DataFrame) -> pd.DataFrame:

@@ -117,7 +117,7 @@ def plot_pass_rates(rates: pd.DataFrame) -> Figure:
     axis.barh(rates.index, rates["pass_rate"], xerr=errors, color=colors, capsize=4)
     axis.set_xlim(0, 1)
     axis.invert_yaxis()
-    axis.set_xlabel("pass rate over all samples (95% bootstrap interval)")
+    axis.set_xlabel("pass rate over all samples (95% interval, answers resampled)")
     axis.set_title("Same answers, different judges, different pass rates")
     figure.tight_layout()
     return figure
@@ -176,5 +176,33 @@ def plot_version_pass_rates(rates: pd.DataFrame) -> Figure:
     axis.set_ylabel("cases passed (95% interval)")
     axis.set_title("Did the later prompt pass more cases, by each judge's account?")
     axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def plot_stability(curve: pd.DataFrame, adk_default: int = 5, literature: int = 11) -> Figure:
+    """Return, per judge, the mean probability over cases that a majority of k samples differs from the
+    long-run verdict, for k = 1..N, with ADK's default and the literature's trial count marked (notebook 04)."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    for judge, group in curve.groupby("judge", sort=False):
+        mean = group.groupby("k")["disagreement"].mean()
+        base = next((name for name in JUDGE_COLORS if str(judge).startswith(name)), "")
+        style = "-" if judge in JUDGE_COLORS else "--"
+        axis.plot(mean.index, mean.values, style, marker="o", color=JUDGE_COLORS.get(base, "#555"), label=judge)
+    axis.axhline(0.05, color="grey", linewidth=1, linestyle=":", label="5% (95% stability)")
+    axis.axvline(
+        adk_default, color="black", linewidth=1, linestyle="--", label=f"ADK default num_samples = {adk_default}"
+    )
+    axis.axvline(
+        literature, color="#2e7d32", linewidth=1, linestyle="-.", label=f"~{literature} trials (Yagubyan 2026)"
+    )
+    axis.set_xlabel("k: judge samples behind one verdict (majority; a tie fails)")
+    axis.set_ylabel("P(verdict of k samples differs from the long-run verdict)")
+    axis.set_xlim(0.5, max(literature, int(curve["k"].max())) + 0.5)
+    axis.set_ylim(0, None)
+    axis.legend(fontsize=8)
+    axis.set_title("How many samples a verdict needs before it stops flipping")
     figure.tight_layout()
     return figure

@@ -1,0 +1,69 @@
+"""Store blind labels written outside the workbook (CSV: item, verdict, failure_kind, note) in the label store.
+
+    WORKBOOK_RECORD_MODE=replay .venv/bin/python tools/import_blind_labels.py final /tmp/labelling/final_v4_labels.csv
+    WORKBOOK_RECORD_MODE=replay .venv/bin/python tools/import_blind_labels.py f9 /tmp/labelling/f9_labels.csv
+
+Items name answers of the final evalset run by the v4 archivist on qwen-0.5b: "final-<case>" (notebook 02's
+run) or "f9-<case>-r<repeat>" (notebook 04's F9 agent run). The answers are replayed from the recordings and
+stored as battery "final" (conversation = case, turn 1) with the digest the store computes. If the labellers'
+sheet (the labels file's name without "_labels") is beside it, every labelled answer must match it.
+Labels already stored for an answer are skipped, so a rerun appends nothing.
+"""
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+import helpers
+from workbook.util import text_digest
+
+AGENT, VERSION, BATTERY, LABELLER = "local/qwen-0.5b", "v4", "final", "maintainers (blind)"
+F9_CASES = ["breach_sequel", "dema_depression", "who_is_blurryface", "torchbearer_who_plays"]
+F9_CASES += ["after_defeating_nico", "clancy_mantle"]
+
+
+def answers(source: str) -> pd.DataFrame:
+    """Return item, case and answer of every answer a source's items can name, replayed."""
+    agent = helpers.build_archivist(VERSION, model=AGENT)
+    helpers.reset_occurrences()  # each run counts repeated requests from zero, as when it was recorded
+    if source == "final":
+        table = helpers.run_eval(agent, "final", "final_reference", prompt_version=VERSION, run_id="labels-final")
+        table["item"] = "final-" + table["case"]
+    else:
+        one_sample = helpers.with_judge(helpers.load_eval_config("final_reference"), num_samples=1)
+        table = helpers.run_eval(
+            agent, "final", one_sample, repeats=5, prompt_version=VERSION, run_id="labels-f9", case_ids=F9_CASES
+        )
+        table["item"] = "f9-" + table["case"] + "-r" + table["repeat"].astype(str)
+    return table.drop_duplicates("item")[["item", "case", "answer"]]
+
+
+def main(source: str, labels_path: str) -> None:
+    labels = pd.read_csv(labels_path, dtype=str, keep_default_na=False)
+    table = labels.merge(answers(source), on="item", how="left", validate="one_to_one")
+    if table["answer"].isna().any():
+        raise SystemExit(f"{labels_path}: no replayed answer for {table.item[table.answer.isna()].tolist()}")
+    sheet = Path(labels_path.replace("_labels", ""))
+    if sheet.exists() and sheet != Path(labels_path):
+        shown = pd.read_csv(sheet, dtype=str).set_index("item")["answer"]
+        differs = [item for item, answer in zip(table.item, table.answer, strict=True) if shown.get(item) != answer]
+        if differs:
+            raise SystemExit(f"{sheet}: the labellers saw other answers for {differs}: not importing")
+    stored = set(helpers.read_labels(BATTERY)["answer_digest"])
+    written = 0
+    for row in table.itertuples():
+        answer = {"conversation": row.case, "turn": 1, "prompt_version": VERSION, "model": AGENT}
+        answer["answer_digest"] = text_digest(row.answer)
+        if answer["answer_digest"] in stored:
+            continue
+        stored.add(answer["answer_digest"])
+        helpers.save_label(answer, row.verdict, row.failure_kind, row.note, labeller=LABELLER, battery=BATTERY)
+        written += 1
+    print(
+        f"{written} label(s) stored in {helpers.labels_dir() / (BATTERY + '.csv')}; {len(table) - written} already there"
+    )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
