@@ -42,11 +42,17 @@ def write_run(table: pd.DataFrame, meta: dict) -> Path:
 
 
 def read_runs(pattern: str = "*") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Return (tables concatenated, metas as a table) for every complete run under outputs/runs."""
+    """Return (tables concatenated, metas as a table) for every complete run under outputs/runs.
+
+    A folder with a meta.json but no table.csv (a notebook's findings.csv, or a run still being written)
+    is not a run table and is left out.
+    """
     import pandas as pd
 
     tables, metas = [], []
     for meta_path in sorted(runs_dir().glob(f"{pattern}/meta.json")):
+        if not meta_path.with_name("table.csv").exists():
+            continue
         meta = json.loads(meta_path.read_text())
         tables.append(pd.read_csv(meta_path.with_name("table.csv")))
         metas.append(meta)
