@@ -148,7 +148,7 @@ def run_diff(before: str, after: str, metric: str | None = None, labels: tuple[s
     _check_same_evalset(before, after, runs[before][1].iloc[0], runs[after][1].iloc[0])
     metric = metric or _common_metric(before, after, runs[before][0], runs[after][0])
     verdicts = {name: _case_verdicts(table, metric) for name, (table, _) in runs.items()}
-    cases = verdicts[before].join(verdicts[after], how="inner", lsuffix="_before", rsuffix="_after")
+    cases = verdicts[before].merge(verdicts[after], left_index=True, right_index=True, suffixes=("_before", "_after"))
     if cases.empty:
         raise WorkbookError(f"runs {before!r} and {after!r} share no judged case on {metric}: nothing to compare")
     table = cases.reset_index().rename(
