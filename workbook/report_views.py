@@ -240,9 +240,9 @@ def judges_compared(table: pd.DataFrame, metric: str = "final_response_match_v2"
     rows = []
     for version, part in table[table["metric"] == metric].groupby("prompt_version", sort=True):
         cases = part.drop_duplicates(["judge", "repeat", "case"]).assign(passed=lambda t: t.status.eq("PASSED"))
-        wide = cases.pivot_table(index="case", columns="judge", values="passed", aggfunc="mean").gt(0.5).astype(int)
+        wide = cases.pivot_table(index="case", columns="judge", values="passed", aggfunc="mean")
         for first, second in itertools.combinations(sorted(wide.columns), 2):
-            both = wide[[first, second]].dropna()
+            both = wide[[first, second]].dropna().gt(0.5).astype(int)  # majority over repeats; a tie fails
             kappa, low, high = kappa_ci(both[first], both[second])
             test = paired_mcnemar(both[first], both[second], labels=(first, second))
             rows.append(
