@@ -43,8 +43,12 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.label_sets     labelled_answers
                              workbook.plots          plot_flip_rates, plot_kappa_heatmap,
                                                      plot_pass_rates, plot_confusion, plot_stability
-  05_comparison_report       workbook.report_views   run_overview, version_pass_rates, version_changes,
-                                                     cost_by_version
+  05_comparison_report       workbook.report_views   findings_headline, missing_findings_sentence,
+                                                     grid_runs, versions_compared, judges_compared,
+                                                     cost_by_judge, sample_design, panel_stability,
+                                                     run_diff (RunDiff: any two runs of one evalset,
+                                                     case by case), run_overview, version_pass_rates,
+                                                     cost_by_version, scoreboard_from
                              workbook.plots          plot_version_pass_rates
   `make report`              workbook.grid_file      grid_jobs (the grid file, validated up front)
                              workbook.grid           run_grid, export_report, report_main
@@ -152,7 +156,22 @@ from workbook.plots import (
 )
 
 # Notebook 05: the comparison report.
-from workbook.report_views import cost_by_version, run_overview, version_changes, version_pass_rates
+from workbook.report_views import (
+    RunDiff,
+    cost_by_judge,
+    cost_by_version,
+    findings_headline,
+    grid_runs,
+    judges_compared,
+    missing_findings_sentence,
+    panel_stability,
+    run_diff,
+    run_overview,
+    sample_design,
+    scoreboard_from,
+    version_pass_rates,
+    versions_compared,
+)
 from workbook.runs import RUN_COLUMNS, read_runs, write_run
 from workbook.runscope import replay_scope
 from workbook.settings import (
@@ -286,10 +305,20 @@ __all__ = [
     "plot_pass_rates",
     "plot_stability",
     # 05
+    "RunDiff",
+    "cost_by_judge",
     "cost_by_version",
+    "findings_headline",
+    "grid_runs",
+    "judges_compared",
+    "missing_findings_sentence",
+    "panel_stability",
+    "run_diff",
     "run_overview",
-    "version_changes",
+    "sample_design",
+    "scoreboard_from",
     "version_pass_rates",
+    "versions_compared",
     "plot_version_pass_rates",
     # make report
     "KERNEL_NAME",

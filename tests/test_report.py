@@ -4,14 +4,19 @@ The grid runs once for the module into a temporary outputs folder; the notebook 
 executed notebooks it leaves behind.
 """
 
+import json
+import re
 import shutil
 import subprocess
 
 import pandas as pd
 import pytest
+from conftest import REPO, setenv
 from notebook_runner import PROGRESS_BAR, has_image, outputs_text, progress_bar_remnants, stderr_outputs
 
 import helpers
+
+SCREENSHOTS = REPO / "outputs" / "screenshots"
 
 
 @pytest.fixture(scope="module")
@@ -79,17 +84,28 @@ def test_executed_notebooks_and_the_report_carry_no_warnings_or_stale_progress_b
 
 def test_report_html_has_its_sections_and_no_code(report):
     html = report["html"].read_text()
-    for section in (
-        "Prompt versions",
-        "What the prompt change fixed and broke",
-        "Judges",
-        "Metrics",
-        "Cost per prompt version",
-        "Scoreboard",
-    ):
-        assert section in html
+    sections = ["Headline", "Findings", "Versions compared", "Judges compared", "What one run can show"]
+    sections += ["Runs in this report", "Prompt versions", "Run diff", "Judge panel", "Metrics"]
+    sections += ["Cost per prompt version", "Scoreboard", "How to read this report"]
+    positions = [html.find(f'id="{section.replace(" ", "-")}"') for section in sections]
+    assert -1 not in positions and positions == sorted(positions)  # the headline first, then the sections
     assert "helpers.read_runs()" not in html  # code cells are hidden
     assert "data:image/png;base64" in html
+
+
+def test_report_stands_alone(report):
+    html = report["html"].read_text()
+    assert "What you will learn" not in html  # the tutorial header is tagged notebook-only
+    assert str(report["outputs"]) not in html and str(REPO) not in html  # no absolute paths
+    assert not re.search(r">\s*(nan|NaN|None)\s*<", html)  # no NaN cells
+    anchors = set(re.findall(r'href="#([^"]+)"', html))
+    assert len(anchors) >= 10 and all(f'id="{anchor}"' in html for anchor in anchors)  # the contents resolve
+    headline = html[html.find('id="Findings"') : html.find('id="Versions-compared"')]
+    assert all(f">F{number}<" in headline for number in range(1, 10))  # nine rows, written or "no row yet"
+    versions = html[html.find('id="Versions-compared"') : html.find('id="Judges-compared"')]
+    assert versions.count("exact McNemar p =") == 2  # one paired test per grid judge
+    assert "judge sample(s)" in html and "repeat(s)" in html  # the grid's design, computed
+    assert "Label set <strong>archivist</strong>" in html  # the scoreboard's one label set
 
 
 def test_report_opens_in_headless_chromium_without_console_errors(report, tmp_path):
@@ -113,3 +129,100 @@ def test_report_opens_in_headless_chromium_without_console_errors(report, tmp_pa
     assert console_errors == []
     dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
     assert "Comparison report" in dom and "Scoreboard" in dom
+
+
+# Run in the page: the page's width against the window's, where the headline table sits, and whether
+# every table sits in an output that scrolls sideways.
+_MEASURE = """
+const heading = document.getElementById('Findings');
+const tables = [...document.querySelectorAll('table')];
+const headline = tables.find(t => heading.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING);
+const box = headline.getBoundingClientRect();
+const output = t => t.closest('.jp-OutputArea-output') || document.body;
+const scrolls = t => getComputedStyle(output(t)).overflowX === 'auto';
+return JSON.stringify({
+  scrollWidth: document.documentElement.scrollWidth, innerWidth, innerHeight,
+  headlineTop: box.top, headlineRows: headline.querySelectorAll('tbody tr').length,
+  tables: tables.length, notScrolling: tables.filter(t => !scrolls(t)).length,
+  outputsPastTheWindow: tables.filter(t => output(t).getBoundingClientRect().right > innerWidth).length,
+});
+"""
+
+
+def test_report_fits_1280px_with_the_headline_on_the_first_screen(report, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    assert chromium and chromedriver, "Debian's chromium and chromium-driver are missing: `make test` installs them"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=chromedriver))
+    try:
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+        )
+        driver.get(report["html"].as_uri())
+        page = json.loads(driver.execute_script(_MEASURE))
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(SCREENSHOTS / "report-first-screen-1280.png"))  # for a person to look at
+    finally:
+        driver.quit()
+    assert page["innerWidth"] == 1280
+    assert page["scrollWidth"] <= 1280, page  # no horizontal overflow: wide tables scroll in their output
+    assert page["tables"] >= 8 and page["notScrolling"] == 0 and page["outputsPastTheWindow"] == 0, page
+    assert page["headlineRows"] == 9 and page["headlineTop"] < page["innerHeight"] - 150, page
+
+
+def _run(run_id: str, evalset: str, statuses: dict[str, str]) -> None:
+    rows = [
+        {"run_id": run_id, "repeat": 0, "case": case, "invocation": 1, "metric": "final_response_match_v2",
+         "judge": "local/qwen-1.5b", "sample": 0, "score": float(status == "PASSED"), "status": status,
+         "answer": f"{case} answer in {run_id}", "prompt_version": run_id}
+        for case, status in statuses.items()
+    ]  # fmt: skip
+    table = pd.DataFrame(rows).reindex(columns=helpers.RUN_COLUMNS)
+    helpers.write_run(table, {"run_id": run_id, "evalset": evalset, "judge_models": ["local/qwen-1.5b"]})
+
+
+def test_run_diff_pairs_cases_and_highlights_fixes_and_regressions(tmp_path, monkeypatch):
+    setenv(monkeypatch, WORKBOOK_OUTPUTS=str(tmp_path))
+    _run("base", "final", {"a": "FAILED", "b": "PASSED", "c": "PASSED", "d": "FAILED", "e": "FAILED"})
+    _run("change", "final", {"a": "PASSED", "b": "FAILED", "c": "PASSED", "d": "FAILED", "e": "PASSED"})
+    _run("other", "defects", {"a": "PASSED"})
+    diff = helpers.run_diff("base", "change")
+    changes = dict(zip(diff.cases.case, diff.cases.change, strict=True))
+    assert changes == {"a": "fixed", "b": "regressed", "c": "same (passes)", "d": "same (fails)", "e": "fixed"}
+    assert (diff.test["fixed"], diff.test["broke"], diff.test["cases"]) == (2, 1, 5)
+    assert diff.test["p_value"] == pytest.approx(1.0) and "cannot tell the two apart" in diff.sentence
+    assert list(diff.changed().case) == ["a", "b", "e"]
+    html = diff.styled().to_html()
+    assert "#c8e6c9" in html and "#ffcdd2" in html  # fixes green, regressions red
+    with pytest.raises(helpers.WorkbookError, match="same evalset"):
+        helpers.run_diff("base", "other")
+
+
+def test_findings_headline_names_the_findings_with_no_row_yet():
+    written = pd.DataFrame(
+        [
+            {"finding": "F9", "title": "One run is a sample", "varied": "repeats", "arms": "a; b",
+             "outcome": "reproduced", "p_value": 0.01, "evidence": "x", "source": "nb04"},
+            {"finding": "F1", "title": "Same-model judge", "varied": "judge", "arms": "a; b",
+             "outcome": "not reproduced by this judge", "p_value": float("nan"), "evidence": None, "source": "nb02"},
+        ]
+    )  # fmt: skip
+    headline = helpers.findings_headline(written)
+    assert list(headline.index) == [f"F{number}" for number in range(1, 10)]
+    assert not headline.isna().any().any()
+    assert headline.loc["F9", "outcome"] == "reproduced" and headline.loc["F3", "outcome"] == "no row yet"
+    sentence = helpers.missing_findings_sentence(headline)
+    assert sentence.startswith("2 of 9 findings have a row; 1 of them reproduced")
+    assert "F2, F3, F4, F5, F6, F8 (notebook 02_rubric_vs_reference); F7 (notebook 03_manual_battery)" in sentence

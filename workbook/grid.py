@@ -41,17 +41,29 @@ def run_grid(grid_file: str | Path = DEFAULT_GRID, force: bool = False) -> list[
     return results
 
 
+# The report's own CSS: wide tables scroll inside their output instead of widening the page; text cells read left.
+_REPORT_CSS = """
+.jp-OutputArea-output { overflow-x: auto; max-width: 100%; }
+.jp-OutputArea-output table { margin-left: 0; }
+:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon :is(td, th) { text-align: left; }
+.jp-OutputArea-output img { max-width: 100%; height: auto; }
+"""
+
+
 def export_report(executed: str | Path | None = None, target: str | Path | None = None) -> Path:
-    """Write the executed comparison notebook as a standalone HTML report (code hidden, figures inline);
-    return its path."""
+    """Write the executed comparison notebook as a standalone HTML report (code hidden, figures inline,
+    cells tagged `notebook-only` dropped, wide tables scrolling); return its path."""
     import nbformat
     from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
 
     executed = Path(executed or outputs_dir() / "notebooks" / "05_comparison_report.ipynb")
     target = Path(target or outputs_dir() / "report.html")
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
-    atomic_write(target, body)
+    exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={"notebook-only"}), enabled=True)
+    resources = {"metadata": {"name": "Comparison report"}}
+    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4), resources=resources)
+    atomic_write(target, body.replace("</head>", f"<style>{_REPORT_CSS}</style>\n</head>", 1))
     return target
 
 

@@ -43,12 +43,18 @@ def write_run(table: pd.DataFrame, meta: dict) -> Path:
 
 
 def read_runs(pattern: str = "*") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Return (tables concatenated, metas as a table) for every complete run under outputs/runs."""
+    """Return (tables concatenated, metas as a table) for every complete run under outputs/runs.
+
+    A folder with a meta.json but no table.csv (a notebook's findings.csv, or a run still being written)
+    is not a run table and is left out.
+    """
     import pandas as pd
 
     tables, metas = [], []
     note_read(runs_dir())  # a new run changes what the report shows
     for meta_path in sorted(runs_dir().glob(f"{pattern}/meta.json")):
+        if not meta_path.with_name("table.csv").exists():
+            continue
         note_read(meta_path)  # the report reruns when a run it read was rerun
         note_read(meta_path.with_name("table.csv"))
         meta = json.loads(meta_path.read_text())
