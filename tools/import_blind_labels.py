@@ -26,7 +26,6 @@ F9_CASES += ["after_defeating_nico", "clancy_mantle"]
 def answers(source: str) -> pd.DataFrame:
     """Return item, case and answer of every answer a source's items can name, replayed."""
     agent = helpers.build_archivist(VERSION, model=AGENT)
-    helpers.reset_occurrences()  # each run counts repeated requests from zero, as when it was recorded
     if source == "final":
         table = helpers.run_eval(agent, "final", "final_reference", prompt_version=VERSION, run_id="labels-final")
         table["item"] = "final-" + table["case"]
