@@ -291,7 +291,7 @@ def panel_stability(panel: pd.DataFrame) -> pd.DataFrame:
     """Return per LLM judge of a panel run the samples a majority vote needs to be 95% stable (from its
     recorded samples; see judge_stats.stability_curve), and how stable ADK's default of 5 samples is."""
     samples = sample_verdicts(panel[panel["judge"] != "rouge"])
-    return samples_for_stability(stability_curve(samples))
+    return samples_for_stability(stability_curve(samples)).reset_index()
 
 
 def version_pass_rates(table: pd.DataFrame, metric: str = "final_response_match_v2") -> pd.DataFrame:
