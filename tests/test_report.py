@@ -45,13 +45,16 @@ def test_every_grid_job_ran_then_was_skipped(report):
     assert all(r["status"].startswith("skipped") for r in report["second"])
 
 
-def test_notebook_02_shows_round1_metrics_defects_and_the_silent_drop(report):
+def test_notebook_02_shows_round1_the_metrics_and_every_finding_with_a_computed_outcome(report):
     notebook = _executed(report, "02_rubric_vs_reference")
     text = outputs_text(notebook)
-    assert "Round 1: **" in text and "cases passed** with the agent's own model judging" in text
+    assert "Round 1 here: **" in text and "cases passed** with the agent's own model judging" in text
     assert "The two metrics agree on" in text
-    assert "wrong reference fact" in text and "contradictory rules" in text
-    assert "the tripwire rubric appears in them: **False**" in text
+    findings = pd.read_csv(report["outputs"] / "runs" / "nb02-findings" / "findings.csv")
+    assert findings.finding.tolist() == ["F1", "F3", "F4", "F5", "F8", "F6", "F2"]
+    assert set(findings.outcome) <= {"reproduced", "not reproduced by this judge"}
+    for finding in findings.finding:
+        assert f"**{finding} reproduced**" in text or f"**{finding} not reproduced by this judge**" in text
     assert has_image(notebook)
 
 

@@ -225,7 +225,7 @@ def judge_health(table: pd.DataFrame) -> pd.DataFrame:
 def _rubric_verdicts_lost(group: pd.DataFrame) -> float:
     seen = group.get("rubrics_seen", pd.Series(dtype=object)).dropna()
     if seen.eq("").all():
-        return float("nan")  # no rubric listed in any judge prompt: nothing to lose
+        return 0.0  # no rubric listed in any judge prompt: nothing to lose
 
     def count(column: pd.Series) -> pd.Series:
         return column.fillna("").map(lambda text: len([part for part in str(text).split(",") if part]))
