@@ -112,7 +112,7 @@ def test_judge_health_counts_unparsed_ties_not_evaluated_and_lost_rubrics():
     )  # fmt: skip
     health = helpers.judge_health(table).set_index("metric")
     assert health.loc["ref", "unparsed_share"] == 0.25 and health.loc["ref", "not_evaluated_share"] == 0.5
-    assert health.loc["ref", "tie_share"] == 0.5 and np.isnan(health.loc["ref", "rubric_verdicts_lost"])
+    assert health.loc["ref", "tie_share"] == 0.5 and health.loc["ref", "rubric_verdicts_lost"] == 0
     assert health.loc["rubric", "rubric_verdicts_lost"] == 2 and health.loc["rubric", "tie_share"] == 0
 
 
