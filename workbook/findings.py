@@ -13,12 +13,11 @@ if TYPE_CHECKING:
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.genai import types
-
 from workbook.agent import load_prompt
 from workbook.evals import judge_answers
 from workbook.inputs import note_read
 from workbook.judge_stats import wilson
+from workbook.panel import single_turn_case
 from workbook.runs import provenance
 from workbook.settings import DATA, WorkbookError, runs_dir
 from workbook.util import atomic_write, now, text_digest
@@ -104,26 +103,11 @@ def _check_finding(where: str, finding: dict, arms: dict, known: set[str]) -> No
 def arm_evalset(finding_id: str, arm_name: str, arm: dict, answers: pd.DataFrame) -> EvalSet:
     """Return the in-memory ADK EvalSet of one arm: one case per frozen answer, with the arm's reference
     (reference metric) or per-case rubric (when the arm also has a global rubric, as in F2)."""
-    from google.adk.evaluation.eval_case import EvalCase, Invocation
     from google.adk.evaluation.eval_set import EvalSet
 
     reference = arm.get("reference") if arm["metric"] == "reference" else None
     per_case = [_rubric("tripwire", arm["rubric"], arm.get("rubric_type"))] if arm.get("global_rubric") else None
-    cases = [
-        EvalCase(
-            eval_id=row.id,
-            conversation=[
-                Invocation(
-                    user_content=types.Content(role="user", parts=[types.Part(text=row.question)]),
-                    final_response=types.Content(role="model", parts=[types.Part(text=reference)])
-                    if reference
-                    else None,
-                    rubrics=per_case,
-                )
-            ],
-        )
-        for row in answers.itertuples()
-    ]
+    cases = [single_turn_case(row.id, row.question, reference, per_case) for row in answers.itertuples()]
     return EvalSet(eval_set_id=f"{finding_id}-{arm_name}", eval_cases=cases)
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
+    from google.adk.evaluation.eval_case import EvalCase
     from google.adk.evaluation.eval_set import EvalSet
 
 from google.genai import types
@@ -24,22 +25,22 @@ def answers_evalset(answers: pd.DataFrame, eval_set_id: str = "frozen_answers") 
 
     `answers` needs columns case, user and reference (for the battery, the expectation).
     """
-    from google.adk.evaluation.eval_case import EvalCase, Invocation
     from google.adk.evaluation.eval_set import EvalSet
 
-    cases = [
-        EvalCase(
-            eval_id=row.case,
-            conversation=[
-                Invocation(
-                    user_content=types.Content(role="user", parts=[types.Part(text=row.user)]),
-                    final_response=types.Content(role="model", parts=[types.Part(text=row.reference)]),
-                )
-            ],
-        )
-        for row in answers.itertuples()
-    ]
+    cases = [single_turn_case(row.case, row.user, reference=row.reference) for row in answers.itertuples()]
     return EvalSet(eval_set_id=eval_set_id, eval_cases=cases)
+
+
+def single_turn_case(case_id: str, user: str, reference: str | None = None, rubrics: list | None = None) -> EvalCase:
+    """Return an ADK EvalCase of one user turn, with an optional reference answer and per-case rubrics."""
+    from google.adk.evaluation.eval_case import EvalCase, Invocation
+
+    invocation = Invocation(
+        user_content=types.Content(role="user", parts=[types.Part(text=user)]),
+        final_response=types.Content(role="model", parts=[types.Part(text=reference)]) if reference else None,
+        rubrics=rubrics,
+    )
+    return EvalCase(eval_id=case_id, conversation=[invocation])
 
 
 def judge_panel(
