@@ -100,6 +100,7 @@ def test_report_stands_alone(report):
     html = report["html"].read_text()
     assert "What you will learn" not in html  # the tutorial header is tagged notebook-only
     assert str(report["outputs"]) not in html and str(REPO) not in html  # no absolute paths
+    assert 'data-mime-type="application/vnd.jupyter.stderr"' not in html  # no warning leaks into the report
     assert not re.search(r">\s*(nan|NaN|None)\s*<", html)  # no NaN cells
     anchors = set(re.findall(r'href="#([^"]+)"', html))
     assert len(anchors) >= 10 and all(f'id="{anchor}"' in html for anchor in anchors)  # the contents resolve

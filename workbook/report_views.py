@@ -288,8 +288,9 @@ def sample_design(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def panel_stability(panel: pd.DataFrame) -> pd.DataFrame:
-    """Return per LLM judge of a panel run the samples a majority vote needs to be 95% stable (from its
-    recorded samples; see judge_stats.stability_curve), and how stable ADK's default of 5 samples is."""
+    """Return one row per LLM judge of a panel run (judge as a column): the samples a majority vote needs to
+    be 95% stable within the samples recorded per answer (judge_stats.samples_for_stability), and how stable
+    ADK's default of 5 samples is."""
     samples = sample_verdicts(panel[panel["judge"] != "rouge"])
     return samples_for_stability(stability_curve(samples)).reset_index()
 
