@@ -78,10 +78,13 @@ def test_plan_of_notebook_02_with_more_repeats_counts_the_missing_calls(tmp_path
     assert [row["error"] for row in plan.jobs] == [""]
     summary = helpers.plan_summary(plan).set_index(["model", "kind"])
     agent = summary.loc[("local/qwen-0.5b", "agent")]
-    # 15 cases x repeats 2 and 3, less the 6 cases x 5 repeats notebook 04's agent-noise run recorded
-    assert 16 <= agent.missing <= 20 and agent["of them after a missing answer"] == 0
-    judged = summary.loc[("local/qwen-1.5b", "reference")]  # 3 samples per answer
-    assert judged.missing >= 3 * agent.missing and judged["of them after a missing answer"] == 3 * agent.missing
+    # repeats 2 and 3 of the 15 final cases, less those an experiment recorded with the same request
+    assert 0 < agent.missing <= 30 and agent["of them after a missing answer"] == 0
+    missing_answers = [c for c in plan.calls if c["kind"] == "agent" and not c["hit"]]
+    assert {c["occurrence"] for c in missing_answers} <= {1, 2}
+    judged = summary.loc[("local/qwen-1.5b", "reference")]  # final_reference: 3 samples per answer
+    assert judged["of them after a missing answer"] == 3 * agent.missing
+    assert summary.loc[("local/qwen-1.5b", "rubric"), "of them after a missing answer"] == agent.missing
     assert judged["s per call"] > 0 and judged["live min"] == pytest.approx(
         judged.missing * judged["s per call"] / 60, abs=0.1
     )

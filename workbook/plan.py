@@ -26,6 +26,7 @@ from workbook.grid import KERNEL_NAME, rerun_reason
 from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs
 from workbook.judge_formats import reply_kind
 from workbook.planning import PLAN_LOG_VARIABLE
+from workbook.quiet import BatchKernelManager
 from workbook.settings import GridFileError, outputs_dir, settings
 from workbook.util import environment, shown_path
 
@@ -198,6 +199,7 @@ def _plan_job(job: NotebookJob, outputs: Path, log: Path) -> tuple[list[dict], s
                 kernel_name=KERNEL_NAME,
                 cwd=str(NOTEBOOKS),
                 progress_bar=False,
+                kernel_manager_class=BatchKernelManager,  # the report's quiet batch kernel
             )
         except papermill.PapermillExecutionError as failure:
             error = f"cell {failure.exec_count}: {failure.ename}: {str(failure.evalue)[:300]}"
