@@ -41,6 +41,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      pass_rates, kappa_ci
                              workbook.labels         scoreboard
                              workbook.label_sets     labelled_answers
+                             workbook.bias_probes    judged_by_each, self_preference
                              workbook.plots          plot_flip_rates, plot_kappa_heatmap,
                                                      plot_pass_rates, plot_confusion, plot_stability
   05_comparison_report       workbook.report_views   findings_headline, missing_findings_sentence,
@@ -92,6 +93,7 @@ from workbook.agreement import (
 
 # Notebook 03: the battery, labels, the labelling widget.
 from workbook.battery import load_battery, promote_to_evalset, run_battery, uncovered_failures
+from workbook.bias_probes import judged_by_each, self_preference
 from workbook.cassettes import call_log, reset_occurrences
 from workbook.eval_views import (
     case_scores,
@@ -290,6 +292,8 @@ __all__ = [
     "triage_items",
     "triage_table",
     "case_verdicts",
+    "judged_by_each",
+    "self_preference",
     "flip_rates",
     "kappa_ci",
     "pairwise_kappa",

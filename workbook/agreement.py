@@ -15,12 +15,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def sample_verdicts(table: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per judge sample: judge, case, repeat, sample and a 1/0 pass verdict."""
+def sample_verdicts(table: pd.DataFrame, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Return one row per judge sample: judge, case, repeat, sample, a 1/0 pass verdict, and the `keep` columns."""
     rows = table.copy()
     score = rows["sample_score"].fillna(rows["score"])
     rows["passed"] = (score >= rows["threshold"].fillna(0.5)).astype(int).where(score.notna())
-    return rows.dropna(subset=["passed"])[["judge", "case", "repeat", "sample", "passed"]]
+    return rows.dropna(subset=["passed"])[["judge", "case", "repeat", "sample", "passed", *keep]]
 
 
 def case_verdicts(table: pd.DataFrame, repeat: int | None = 0) -> pd.DataFrame:
