@@ -40,7 +40,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      pairwise_kappa, panel_agreement, versus_truth,
                                                      pass_rates, kappa_ci
                              workbook.labels         scoreboard
-                             workbook.label_sets     labelled_answers
+                             workbook.label_sets     labelled_answers, written_answers
                              workbook.bias_probes    judged_by_each, self_preference
                              workbook.plots          plot_flip_rates, plot_kappa_heatmap,
                                                      plot_pass_rates, plot_confusion, plot_stability
@@ -137,7 +137,7 @@ from workbook.judge_stats import (
     stable_k,
     wilson,
 )
-from workbook.label_sets import labelled_answers
+from workbook.label_sets import labelled_answers, written_answers
 from workbook.labels import FAILURE_KINDS, read_labels, save_label, scoreboard, with_labels
 from workbook.lint import Finding, findings_table, lint_evalset
 from workbook.models import LocalLlm, RecordedGemini, describe_backend, supports_thinking
@@ -303,6 +303,7 @@ __all__ = [
     "versus_truth",
     "scoreboard",
     "labelled_answers",
+    "written_answers",
     "plot_confusion",
     "plot_flip_rates",
     "plot_kappa_heatmap",
