@@ -87,3 +87,24 @@ def test_f4_replays_from_the_committed_recordings_with_the_same_answer_in_both_a
     assert result.row["outcome"] in {"reproduced", "not reproduced by this judge"}
     path = helpers.write_findings([result.row], run_id="test-findings")
     assert helpers.read_findings().finding.tolist() == ["F4"] and path.exists()
+
+
+def test_a_padded_arm_needs_a_padded_twin_for_every_answer(tmp_path):
+    answers = helpers.load_frozen_answers().drop(columns="padded")
+    spec = yaml.safe_load(helpers.load_findings.__globals__["EXPERIMENTS"].read_text())
+    assert load_findings(section="probes")["verbosity"]["varies"] == "answer_form"
+    with pytest.raises(ExperimentError, match=r"verbosity\.arms\.padded needs a 'padded' twin for"):
+        helpers.finding_experiment.__globals__["run_finding"]("verbosity", load_findings(section="probes"), answers)
+    assert "verbosity" not in load_findings() and set(spec["probes"]) == {"verbosity"}
+
+
+def test_the_verbosity_probe_varies_only_the_answer_text(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORKBOOK_OUTPUTS", str(tmp_path))
+    set_mode(monkeypatch, "replay")
+    result = helpers.finding_experiment("verbosity", section="probes")
+    answers = helpers.load_frozen_answers().set_index("id")
+    for arm, column in (("plain", "answer"), ("padded", "padded")):
+        judged = result.table[result.table.arm == arm].drop_duplicates("case").set_index("case").answer
+        assert judged.to_dict() == answers.loc[judged.index, column].to_dict()
+    assert result.arms.samples.tolist() == [30, 30]  # 2 answers x 5 samples x 3 repeats per arm
+    assert result.row["outcome"] in {"reproduced", "not reproduced by this judge"}

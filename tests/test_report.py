@@ -74,6 +74,9 @@ def test_notebook_04_panel_size_heatmap_and_scoreboard(report):
     assert has_image(notebook)  # flip rates, kappa heatmap, pass rates, confusion matrices
     assert "eval: wrong or unverifiable reference fact" in text  # the scoreboard table
     assert "Fleiss' kappa" in text
+    assert "The set meets the bar of at least 40 answers with at least 30% passes" in text  # blind labels
+    assert "graded the very same 30 answers: **yes**" in text and "difference in differences" in text
+    assert re.search(r"\*\*verbosity (reproduced|not reproduced by this judge)\*\*", text)  # computed verdict
 
 
 def test_executed_notebooks_and_the_report_carry_no_warnings_or_stale_progress_bars(report):

@@ -46,7 +46,7 @@ def self_preference(table: pd.DataFrame, first: str, second: str) -> dict:
     found = low > 0
     sentence = (
         f"On {len(totals)} cases answered by both {first} and {second} and judged by both, the self-preference "
-        f"(difference in differences of pass shares) is {estimate:+.2f} [{low:+.2f}, {high:+.2f}], resampling cases: "
+        f"(difference in differences of pass shares) is {estimate:+.3f} [{low:+.3f}, {high:+.3f}], resampling cases: "
         + (
             "each judge favours its own model's answers beyond what leniency and answer quality explain."
             if found

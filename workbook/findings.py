@@ -35,6 +35,7 @@ ARM_FIELDS = {
     "rubric_type",
     "global_rubric",
     "reference",
+    "answer_form",  # plain (default) or padded: a bias probe's twin of the answer that adds no facts
 }
 MEASURES = {"pass", "correct", "rubric_in_prompt"}
 ALPHA = 0.05
@@ -63,22 +64,25 @@ def load_frozen_answers(path: Path = ANSWERS) -> pd.DataFrame:
     return table
 
 
-def load_findings(path: Path = EXPERIMENTS, answers: pd.DataFrame | None = None) -> dict[str, dict]:
-    """Return each finding with its arms' settings resolved (defaults < common < arm), validated.
+def load_findings(
+    path: Path = EXPERIMENTS, answers: pd.DataFrame | None = None, section: str = "findings"
+) -> dict[str, dict]:
+    """Return each finding (or, with section="probes", each bias probe) with its arms' settings resolved
+    (defaults < common < arm), validated.
 
     Arms must differ in the fields their finding declares under `varies` and in nothing else.
     """
     data = _yaml(path)
     known = set((answers if answers is not None else load_frozen_answers()).id)
     findings = {}
-    for finding_id, finding in (data.get("findings") or {}).items():
-        where = f"{path}: findings.{finding_id}"
+    for finding_id, finding in (data.get(section) or {}).items():
+        where = f"{path}: {section}.{finding_id}"
         base = {**data.get("defaults", {}), **finding.get("common", {})}
         arms = {name: {**base, **(arm or {})} for name, arm in (finding.get("arms") or {}).items()}
         _check_finding(where, finding, arms, known)
         findings[finding_id] = {**finding, "arms": arms}
     if not findings:
-        raise ExperimentError(f"{path}: no findings defined under 'findings'")
+        raise ExperimentError(f"{path}: nothing defined under '{section}'")
     return findings
 
 
@@ -137,6 +141,8 @@ def run_finding(finding_id: str, findings: dict | None = None, answers: pd.DataF
     tables = []
     for arm_name, arm in finding["arms"].items():
         frame = chosen.rename(columns={"id": "case", "question": "user"})
+        if arm.get("answer_form") == "padded":
+            frame = frame.assign(answer=padded_answers(chosen, f"{finding_id}.arms.{arm_name}"))
         if arm["metric"] == "rubric":
             frame = frame.assign(instruction=load_prompt(arm["instruction"]).instruction)
         table = judge_answers(
@@ -148,6 +154,15 @@ def run_finding(finding_id: str, findings: dict | None = None, answers: pd.DataF
         )
         tables.append(table.assign(finding=finding_id, arm=arm_name))
     return pd.concat(tables, ignore_index=True)
+
+
+def padded_answers(answers: pd.DataFrame, where: str) -> pd.Series:
+    """Return each answer's padded twin (the `padded` field of frozen.yaml), refusing answers that have none."""
+    padded = answers["padded"] if "padded" in answers else answers["id"].map(lambda _: None)
+    lacking = answers["id"][padded.isna()].tolist()
+    if lacking:
+        raise ExperimentError(f"{ANSWERS}: {where} needs a 'padded' twin for {lacking}; add one beside 'answer'")
+    return padded
 
 
 def arm_results(table: pd.DataFrame, measure: str, truth: dict[str, bool] | None = None) -> pd.DataFrame:
@@ -305,10 +320,10 @@ class FindingResult:
         )
 
 
-def finding_experiment(finding_id: str) -> FindingResult:
-    """Return a finding's experiment, run (or replayed) arm by arm, with its computed verdict."""
+def finding_experiment(finding_id: str, section: str = "findings") -> FindingResult:
+    """Return a finding's (or a bias probe's) experiment, run (or replayed) arm by arm, with its computed verdict."""
     answers = load_frozen_answers()
-    findings = load_findings(answers=answers)
+    findings = load_findings(answers=answers, section=section)
     table = run_finding(finding_id, findings, answers)
     truth = dict(zip(answers["id"], answers["correct"], strict=True))
     arms = arm_results(table, findings[finding_id]["measure"], truth)
