@@ -25,7 +25,7 @@ from google.genai import types
 
 import helpers
 from workbook.cassettes import CassetteStore, call_log, cassettes, normalize_request, request_digest
-from workbook.judge_formats import judge_kind, judge_output_constraint
+from workbook.judge_formats import judge_kind, judge_output_constraint, judge_preamble, last_prompt
 from workbook.llama import render_chat_via_server
 from workbook.weights import LOCAL_MODELS, LocalModelSpec, local_model_path
 
@@ -294,6 +294,8 @@ def test_rubric_judge_reply_is_accepted_by_adks_parser(recordings, monkeypatch, 
     reply = calls[-1]
     assert reply["constrained"] == "grammar"
     assert ("judge_format" in reply["request"]) == (judge_format == "v2")
+    # ADK's fixed rubric preamble (~2,600 tokens) is found in the prompt: the prefix a fresh process restores.
+    assert len(judge_preamble(last_prompt(reply["request"]))) > 10_000
     parsed = DefaultAutoRaterResponseParser().parse(reply["text"])
     assert [r.rubric_id for r in parsed] == ["scope", "short"]
     shown = {

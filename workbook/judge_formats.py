@@ -8,8 +8,10 @@ way ADK does, so the run table can keep every sample (ADK keeps only the winning
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import string
 
 from workbook.settings import settings
 
@@ -29,6 +31,37 @@ def judge_kind(request: dict) -> str:
     if "supporting_excerpt" in prompt or "<sentence>" in prompt:
         return "hallucination"
     return "other"
+
+
+def judge_preamble(prompt: str) -> str:
+    """Return the fixed start of an ADK judge prompt (its instructions and examples, up to its first
+    case-specific field): what every call of that judge shares. '' for any other prompt."""
+    if judge_kind({"contents": [{"text": prompt}]}) == "other":
+        return ""
+    return next((head for head in _judge_preambles() if prompt.startswith(head)), "")
+
+
+@functools.cache
+def _judge_preambles() -> tuple[str, ...]:
+    # Read from ADK's own templates, so a new ADK wording is followed without edits here.
+    from google.adk.evaluation import (
+        final_response_match_v2,
+        rubric_based_final_response_quality_v1,
+        rubric_based_multi_turn_trajectory_evaluator,
+        rubric_based_tool_use_quality_v1,
+    )
+
+    templates = (
+        final_response_match_v2._FINAL_RESPONSE_MATCH_V2_PROMPT,
+        rubric_based_final_response_quality_v1._RUBRIC_BASED_FINAL_RESPONSE_QUALITY_V1_PROMPT,
+        rubric_based_tool_use_quality_v1._RUBRIC_BASED_TOOL_USE_QUALITY_V1_PROMPT,
+        rubric_based_multi_turn_trajectory_evaluator._RUBRIC_BASED_MULTI_TURN_TRAJECTORY_QUALITY_V1_PROMPT,
+    )
+    heads = []
+    for template in templates:
+        fields = {name: "\0" for _, name, _, _ in string.Formatter().parse(template) if name}
+        heads.append(template.format(**fields).split("\0", 1)[0])
+    return tuple(heads)
 
 
 # The one rubric prompt whose block layout the grammar below reproduces: final-response quality.

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     workbook_progress: bool = True  # progress bars; batch kernels (make report, tests) set it off
     workbook_threads: int = max(1, os.cpu_count() or 1)
     workbook_n_ctx: int = 8192
+    # Saved llama.cpp prompt states (workbook/prompt_cache.py): the folder (default: prompt-cache in the
+    # model cache) and its bound; 0 saves and restores none.
+    workbook_prompt_cache: Path | None = None
+    workbook_prompt_cache_mib: int = Field(2048, ge=0)
     # The local rubric judge's output format (workbook/judge_formats.py): v1 is what the committed
     # recordings hold; v2 bounds each block's Evidence and Rationale to these many characters.
     workbook_judge_format: Literal["v1", "v2"] = "v1"
