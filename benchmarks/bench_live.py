@@ -12,7 +12,8 @@
   (v2, default bounds) over the free format (v1).
 - PEAK_RSS_MIB: the largest resident memory of any process this benchmark started.
 
-Usage: .venv/bin/python benchmarks/bench_live.py   (needs `make models`; ~6 min on 2 idle cores)
+Usage: .venv/bin/python benchmarks/bench_live.py [run_eval] [judge]   (default both; needs `make models`;
+~6 min on 2 idle cores)
 Every call is recorded into scratch folders; nothing is written to data/recordings.
 """
 
@@ -97,7 +98,7 @@ def judge_process(answer_id: str, *formats: str) -> None:
 
 def first_judge_calls() -> tuple[float, float]:
     def run(name: str, answer_id: str, *formats: str, **extra: str) -> list[dict]:
-        command = [sys.executable, __file__, "judge", answer_id, *formats]
+        command = [sys.executable, __file__, "judge-process", answer_id, *formats]
         env = scratch_env(name, WORKBOOK_PROMPT_CACHE=str(SCRATCH / "prompt-states"), **extra)
         return [json.loads(line) for line in timed(command, env)[1].splitlines()]
 
@@ -115,21 +116,23 @@ def first_judge_calls() -> tuple[float, float]:
     return restored["latency_s"] / cold["latency_s"], bounded["output_tokens"] / restored["output_tokens"]
 
 
-def main() -> None:
+def main(parts: list[str]) -> None:
     from workbook.weights import local_model_path
 
     for model in (AGENT, JUDGE):
         local_model_path(model)  # assembled and verified before any timing
-    print(f"RATIO run_eval_vs_adk_eval_live {run_eval_vs_adk_eval():.2f}")
-    restored_vs_cold, bounded_vs_free = first_judge_calls()
-    print(f"RATIO first_judge_call_restored_vs_cold {restored_vs_cold:.2f}")
-    print(f"RATIO judge_tokens_bounded_vs_free {bounded_vs_free:.2f}")
+    if "run_eval" in parts:
+        print(f"RATIO run_eval_vs_adk_eval_live {run_eval_vs_adk_eval():.2f}")
+    if "judge" in parts:
+        restored_vs_cold, bounded_vs_free = first_judge_calls()
+        print(f"RATIO first_judge_call_restored_vs_cold {restored_vs_cold:.2f}")
+        print(f"RATIO judge_tokens_bounded_vs_free {bounded_vs_free:.2f}")
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"PEAK_RSS_MIB bench_live {peak:.0f}  # the largest process this benchmark started")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["judge"]:
+    if sys.argv[1:2] == ["judge-process"]:
         judge_process(*sys.argv[2:])
     else:
-        main()
+        main(sys.argv[1:] or ["run_eval", "judge"])
