@@ -81,7 +81,9 @@ class PromptCache:
         if key is None or (self.folder / key).exists():
             return
         partial = f"{key}.{os.getpid()}.partial"  # renamed into place: another process never reads half a file
-        if "error" in self._slot_action("save", partial):
+        reply = self._slot_action("save", partial)
+        if "error" in reply:  # a full disk, say: the next process recomputes the prefix, as before
+            log.info("prompt state %s not saved: %s", key, reply["error"])
             return
         (self.folder / partial).replace(self.folder / key)
         evict(self.folder, self.bound)
