@@ -75,7 +75,7 @@ def run_eval_vs_adk_eval() -> float:
 
 def judge_process(answer_id: str, *formats: str) -> None:
     """In a fresh process: judge one frozen answer with final_behaviour's rubrics in each format; print
-    one JSON line per call (latency, tokens, text)."""
+    one line per call, `CALL` and its JSON (latency, tokens, text)."""
     from google.adk.evaluation.eval_set import EvalSet
 
     import helpers
@@ -93,14 +93,17 @@ def judge_process(answer_id: str, *formats: str) -> None:
             helpers.judge_answers(row, evalset, config, run_id=f"bench-{judge_format}")
         call = calls[-1]
         usage = {key: call["usage"][key] for key in ("output_tokens", "cached_prompt_tokens")}
-        print(json.dumps({"format": judge_format, "latency_s": call["latency_s"], **usage, "text": call["text"]}))
+        print(
+            "CALL", json.dumps({"format": judge_format, "latency_s": call["latency_s"], **usage, "text": call["text"]})
+        )
 
 
 def first_judge_calls() -> tuple[float, float]:
     def run(name: str, answer_id: str, *formats: str, **extra: str) -> list[dict]:
         command = [sys.executable, __file__, "judge-process", answer_id, *formats]
         env = scratch_env(name, WORKBOOK_PROMPT_CACHE=str(SCRATCH / "prompt-states"), **extra)
-        return [json.loads(line) for line in timed(command, env)[1].splitlines()]
+        lines = timed(command, env)[1].splitlines()  # judge_answers prints its summary line too
+        return [json.loads(line.removeprefix("CALL ")) for line in lines if line.startswith("CALL ")]
 
     run("warm-up", "blurryface_right", "v1")  # saves the judge's prompt state
     restored, bounded = run("restored", "ned_canon", "v1", "v2")
