@@ -9,7 +9,9 @@ Usage: .venv/bin/python benchmarks/judge_format_agreement.py [cases] [evalset] [
 (default: all cases of final with final_behaviour and v4, the 5-rubric judge of notebook 02: 15 live
 qwen-1.5b calls; `cases` is a comma-separated list of case ids or `all`).
 Needs the model weights (`make models`). The live calls are recorded into a scratch copy of
-data/recordings, never into data/recordings itself.
+data/recordings, never into data/recordings itself. AGREEMENT_SCRATCH=<that scratch folder> reads an
+earlier, perhaps interrupted, run instead: v2 then only replays what it recorded (plan mode), and the
+cases it never reached are left out of the comparison.
 """
 
 import os
@@ -22,8 +24,10 @@ import pandas as pd
 
 import helpers
 
-SCRATCH = Path(tempfile.mkdtemp(prefix="judge-format-agreement-"))
-shutil.copytree(helpers.settings().workbook_recordings, SCRATCH / "recordings")
+RESUMED = "AGREEMENT_SCRATCH" in os.environ
+SCRATCH = Path(os.environ.get("AGREEMENT_SCRATCH") or tempfile.mkdtemp(prefix="judge-format-agreement-"))
+if not RESUMED:
+    shutil.copytree(helpers.settings().workbook_recordings, SCRATCH / "recordings")
 # use_record_mode (in judged) re-reads the settings, so these scratch folders apply.
 os.environ |= {"WORKBOOK_RECORDINGS": str(SCRATCH / "recordings"), "WORKBOOK_OUTPUTS": str(SCRATCH / "outputs")}
 
@@ -33,8 +37,9 @@ AGENT, JUDGE, METRIC = "local/qwen-0.5b", "local/qwen-1.5b", "rubric_based_final
 
 
 def judged(judge_format: str) -> pd.DataFrame:
-    """Return the rubric rows of one run of the evalset, v1 replayed, v2 live where not yet recorded."""
-    helpers.use_record_mode("replay" if judge_format == "v1" else "auto")
+    """Return the rubric rows of one run of the evalset, v1 replayed, v2 live where not yet recorded
+    (resumed: only the v2 calls recorded, as plan mode answers the others with placeholders)."""
+    helpers.use_record_mode("replay" if judge_format == "v1" else "plan" if RESUMED else "auto")
     helpers.use_judge_format(judge_format)
     table = helpers.run_eval(
         helpers.build_archivist(PROMPT, model=AGENT),
@@ -47,7 +52,9 @@ def judged(judge_format: str) -> pd.DataFrame:
         show_findings=False,
         on_error="keep",
     )
-    return table[table["metric"] == METRIC].set_index(["repeat", "case", "invocation", "sample"])
+    rows = table[table["metric"] == METRIC]
+    rows = rows[rows["replayed"].fillna(False).astype(bool)] if RESUMED else rows
+    return rows.set_index(["repeat", "case", "invocation", "sample"])
 
 
 def verdict_pairs(free: pd.DataFrame, bounded: pd.DataFrame) -> list[tuple[str, str]]:
@@ -75,7 +82,7 @@ def main() -> None:
     print(f"  rubric verdicts agreeing: {agree} of {len(pairs)} ({agree / max(len(pairs), 1):.0%})")
     flips = pd.Series([f"{a}->{b}" for a, b in pairs if a != b]).value_counts().to_dict()
     print(f"  changes v1 -> v2: {flips or 'none'}")
-    tokens = bounded["judge_output_tokens"].sum(), free["judge_output_tokens"].sum()
+    tokens = bounded["judge_output_tokens"].sum(), free.loc[bounded.index, "judge_output_tokens"].sum()
     print(f"  judge output tokens: bounded {tokens[0]} vs free {tokens[1]}: ratio {tokens[0] / tokens[1]:.2f}")
     print(f"  live v2 calls recorded in {SCRATCH / 'recordings'}")
 
