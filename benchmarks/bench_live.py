@@ -13,7 +13,7 @@
 - PEAK_RSS_MIB: the largest resident memory of any process this benchmark started.
 
 Usage: .venv/bin/python benchmarks/bench_live.py [run_eval] [judge]   (default both; needs `make models`;
-~6 min on 2 idle cores)
+minutes of live calls: two cold ~4k-token judge prompts and two 4-case evals)
 Every call is recorded into scratch folders; nothing is written to data/recordings.
 """
 
