@@ -83,8 +83,10 @@ evalsets: $(REPO_PATH)
 web: evalsets
 	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(VENV)/bin/adk web --host 127.0.0.1 agents
 
+# Ratios from one run each (`RATIO <name> <value>` lines; `#` lines say what was measured). Live model calls.
 benchmark: $(MODELS_STAMP)
 	$(PY) benchmarks/bench_models.py
+	$(PY) benchmarks/bench_live.py
 
 # Debian's Chromium and its chromedriver (never a downloaded browser): the report check and the
 # JupyterLab browser test (Selenium) in the tests.

@@ -5,7 +5,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
   notebook                   module                  names
   -------------------------  ----------------------  ---------------------------------------------------
   every notebook             workbook.settings       settings, refresh_settings, use_record_mode,
-                                                     outputs_dir, runs_dir, the error types
+                                                     use_judge_format, outputs_dir, runs_dir,
+                                                     the error types
                              workbook.models         describe_backend, LocalLlm, RecordedGemini
                              workbook.cassettes      call_log, reset_occurrences (record/replay)
                              workbook.runscope       replay_scope (identical calls replay in order per run)
@@ -192,6 +193,7 @@ from workbook.settings import (
     refresh_settings,
     runs_dir,
     settings,
+    use_judge_format,
     use_record_mode,
 )
 from workbook.util import run_sync
@@ -216,6 +218,7 @@ __all__ = [
     "refresh_settings",
     "runs_dir",
     "settings",
+    "use_judge_format",
     "use_record_mode",
     "LocalLlm",
     "RecordedGemini",

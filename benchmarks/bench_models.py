@@ -1,8 +1,10 @@
 """Benchmark the model layer against the raw llama.cpp binding, and replay against live calls.
 
 Prints ratios measured in one run (this machine is noisy; absolute numbers are not the point):
-- prompt reading and generation tokens/s through LocalLlm (ADK's interface + cassettes) vs xllamacpp;
-- the latency of a replayed call vs a live one.
+- prompt reading and generation tokens/s through LocalLlm (ADK's interface, cassettes, saved prompt
+  states) vs xllamacpp's server called directly; `RATIO model_layer_vs_raw_binding` is the lower of the two;
+- the latency of a replayed call vs a live one;
+- `PEAK_RSS_MIB`: this process's largest resident memory (one model loaded).
 
 Usage: .venv/bin/python benchmarks/bench_models.py [local/qwen-0.5b] [rounds]
 Needs the model weights (`make models`). Nothing is written to data/recordings.
@@ -10,6 +12,7 @@ Needs the model weights (`make models`). Nothing is written to data/recordings.
 
 import asyncio
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -24,7 +27,8 @@ import helpers
 from workbook.llama import local_engine
 
 os.environ["WORKBOOK_RECORDINGS"] = tempfile.mkdtemp(prefix="bench-recordings-")
-helpers.use_record_mode("auto")  # also re-reads the settings, so the scratch recordings folder applies
+os.environ["WORKBOOK_PROMPT_CACHE"] = tempfile.mkdtemp(prefix="bench-prompt-states-")
+helpers.use_record_mode("auto")  # also re-reads the settings, so the scratch folders apply
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "local/qwen-0.5b"
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -49,7 +53,7 @@ def raw_call(system: str, user: str, max_tokens: int) -> tuple[float, int, int]:
         "seed": 1,
     }
     started = time.perf_counter()
-    reply = engine.chat(body)
+    reply = engine.server.handle_chat_completions(body)  # the binding itself, none of the workbook's layer
     return time.perf_counter() - started, reply["usage"]["prompt_tokens"], reply["usage"]["completion_tokens"]
 
 
@@ -90,13 +94,17 @@ def main() -> None:
         )[0]
         helpers.use_record_mode("auto")
         replay_ratios.append(live_seconds / replay_seconds)
-    print(f"model {MODEL}, {ROUNDS} rounds, medians:")
+    print(f"# model {MODEL}, {ROUNDS} rounds, medians:")
+    ratios = []
     for kind in ("prompt", "generation"):
         raw, ours = statistics.median(rates["raw"][kind]), statistics.median(rates["workbook"][kind])
+        ratios.append(ours / raw)
         print(
-            f"  {kind:<10} raw xllamacpp {raw:7.1f} tok/s | workbook LocalLlm {ours:7.1f} tok/s | ratio {ours / raw:.2f}"
+            f"#  {kind:<10} raw xllamacpp {raw:7.1f} tok/s | workbook LocalLlm {ours:7.1f} tok/s | ratio {ours / raw:.2f}"
         )
-    print(f"  a live call took {statistics.median(replay_ratios):.0f}x as long as replaying it")
+    print(f"#  a live call took {statistics.median(replay_ratios):.0f}x as long as replaying it")
+    print(f"RATIO model_layer_vs_raw_binding {min(ratios):.2f}")
+    print(f"PEAK_RSS_MIB bench_models {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from google.genai import types
 
 import helpers
 from workbook.cassettes import CassetteStore, call_log, cassettes, normalize_request, request_digest
-from workbook.judge_formats import judge_kind, judge_output_constraint
+from workbook.judge_formats import judge_kind, judge_output_constraint, judge_preamble, last_prompt
 from workbook.llama import render_chat_via_server
 from workbook.weights import LOCAL_MODELS, LocalModelSpec, local_model_path
 
@@ -263,16 +263,23 @@ def test_reference_judge_reply_is_accepted_by_adks_parser(recordings):
     assert json.loads(reply["text"])["is_the_agent_response_valid"] in ("valid", "invalid")
 
 
-def test_rubric_judge_reply_is_accepted_by_adks_parser(recordings):
+@pytest.mark.parametrize("judge_format", ["v1", "v2"])
+def test_rubric_judge_reply_is_accepted_by_adks_parser(recordings, monkeypatch, judge_format):
+    """Both formats, live on the smallest model: ADK parses every block and scores every rubric by its ID;
+    v2 restates a property's first words only and keeps Evidence and Rationale within their bounds."""
     from google.adk.evaluation.eval_rubrics import Rubric, RubricContent
     from google.adk.evaluation.rubric_based_final_response_quality_v1 import (
         RubricBasedFinalResponseQualityV1Evaluator,
     )
 
-    rubrics = [
-        Rubric(rubric_id="scope", rubric_content=RubricContent(text_property="The answer stays on the lore.")),
-        Rubric(rubric_id="short", rubric_content=RubricContent(text_property="The answer is under 50 words.")),
-    ]
+    setenv(
+        monkeypatch,
+        WORKBOOK_JUDGE_FORMAT=judge_format,
+        WORKBOOK_JUDGE_EVIDENCE_CHARS="30",
+        WORKBOOK_JUDGE_RATIONALE_CHARS="40",
+    )
+    properties = {"scope": "The answer stays on the lore.", "short": "The answer is under fifty words long."}
+    rubrics = [Rubric(rubric_id=i, rubric_content=RubricContent(text_property=t)) for i, t in properties.items()]
     metric = EvalMetric(
         metric_name="rubric_based_final_response_quality_v1",
         criterion=RubricsBasedCriterion(
@@ -281,12 +288,26 @@ def test_rubric_judge_reply_is_accepted_by_adks_parser(recordings):
     )
     evaluator = RubricBasedFinalResponseQualityV1Evaluator(metric)
     with call_log() as calls:
-        helpers.run_sync(evaluator.evaluate_invocations([_invocation("Who is Nico?", "Nico leads the bishops.")], None))
+        result = helpers.run_sync(
+            evaluator.evaluate_invocations([_invocation("Who is Nico?", "Nico leads the bishops.")], None)
+        )
     reply = calls[-1]
     assert reply["constrained"] == "grammar"
+    assert ("judge_format" in reply["request"]) == (judge_format == "v2")
+    # ADK's fixed rubric preamble (~2,600 tokens) is found in the prompt: the prefix a fresh process restores.
+    assert len(judge_preamble(last_prompt(reply["request"]))) > 10_000
     parsed = DefaultAutoRaterResponseParser().parse(reply["text"])
-    assert [r.property_text for r in parsed] == ["The answer stays on the lore.", "The answer is under 50 words."]
+    assert [r.rubric_id for r in parsed] == ["scope", "short"]
+    shown = {
+        "v1": list(properties.values()),
+        "v2": ["The answer stays on the lore.", "The answer is under fifty words"],
+    }
+    assert [r.property_text for r in parsed] == shown[judge_format]
     assert all(r.score in (0.0, 1.0) for r in parsed)
+    assert {s.rubric_id for s in result.per_invocation_results[0].rubric_scores} == set(properties)
+    if judge_format == "v2":
+        assert all(len(r.rationale) <= 40 for r in parsed)
+        assert all(len(line) <= len("Evidence: ") + 30 for line in reply["text"].splitlines() if "Evidence:" in line)
 
 
 def test_call_logs_nest_and_keep_nothing_outside_a_run(recordings):

@@ -55,10 +55,10 @@ def test_occurrences_count_per_scope_and_nested_scopes_join_the_outer_one(record
         _replies(cassettes(), 1)
 
 
-def _two_case_eval(**kwargs):
+def _two_case_eval(config="final_reference", **kwargs):
     agent = helpers.build_archivist("v4", model=AGENT)
     return helpers.run_eval(
-        agent, "final", "final_reference", judge_model=JUDGE, case_ids=TWO_CASES, show_findings=False, **kwargs
+        agent, "final", config, judge_model=JUDGE, case_ids=TWO_CASES, show_findings=False, **kwargs
     )
 
 
@@ -106,14 +106,20 @@ def test_a_new_case_in_strict_replay_raises_naming_the_case_and_the_record_comma
 
 
 def test_a_changed_judge_format_version_misses_instead_of_replaying_stale_verdicts(monkeypatch, tmp_path):
+    """Committed recordings (format v1), strict replay: the bounded rubric format v2 keys rubric judge calls
+    anew, so they miss; reference judge calls, whose format v2 leaves alone, still replay."""
     setenv(monkeypatch, WORKBOOK_RECORD_MODE="replay", WORKBOOK_OUTPUTS=str(tmp_path))
-    request = {"model": JUDGE, "system": "", "contents": [{"role": "user", "text": '"is_the_agent_response_valid"'}]}
-    assert judge_formats.format_key({**request, "config": {}}) == {}  # v1: today's recordings, digests unchanged
-    monkeypatch.setattr(judge_formats, "JUDGE_FORMAT_VERSION", "v2")
-    assert judge_formats.format_key({**request, "config": {}}) == {"judge_format": "v2"}
+    reference = {"model": JUDGE, "system": "", "contents": [{"role": "user", "text": '"is_the_agent_response_valid"'}]}
+    rubric = {**reference, "contents": [{"role": "user", "text": "<properties>\n* [id: a] Short.\n</properties>"}]}
+    rubric["contents"][0]["text"] += "\nVerdict: [yes|no]"
+    assert judge_formats.format_key({**rubric, "config": {}}) == {}  # v1: today's recordings, digests unchanged
+    setenv(monkeypatch, WORKBOOK_JUDGE_FORMAT="v2", WORKBOOK_JUDGE_EVIDENCE_CHARS="50")
+    assert judge_formats.format_key({**rubric, "config": {}}) == {"judge_format": "v2-e50-r64"}
+    assert judge_formats.format_key({**reference, "config": {}}) == {}
     assert judge_formats.format_key(_request("an agent turn")) == {}  # agent calls carry no judge format
+    assert _two_case_eval(run_id="v2-reference").replayed.all()
     with pytest.raises(helpers.IncompleteRunError) as error:
-        _two_case_eval(run_id="v2")
+        _two_case_eval(run_id="v2", config="final_behaviour")
     message = str(error.value)
     assert message.count("judge failed: replay miss for local/qwen-1.5b") == 2 and "make report LIVE=1" in message
 

@@ -8,8 +8,12 @@ way ADK does, so the run table can keep every sample (ADK keeps only the winning
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import string
+
+from workbook.settings import settings
 
 
 def last_prompt(request: dict) -> str:
@@ -29,6 +33,37 @@ def judge_kind(request: dict) -> str:
     return "other"
 
 
+def judge_preamble(prompt: str) -> str:
+    """Return the fixed start of an ADK judge prompt (its instructions and examples, up to its first
+    case-specific field): what every call of that judge shares. '' for any other prompt."""
+    if judge_kind({"contents": [{"text": prompt}]}) == "other":
+        return ""
+    return next((head for head in _judge_preambles() if prompt.startswith(head)), "")
+
+
+@functools.cache
+def _judge_preambles() -> tuple[str, ...]:
+    # Read from ADK's own templates, so a new ADK wording is followed without edits here.
+    from google.adk.evaluation import (
+        final_response_match_v2,
+        rubric_based_final_response_quality_v1,
+        rubric_based_multi_turn_trajectory_evaluator,
+        rubric_based_tool_use_quality_v1,
+    )
+
+    templates = (
+        final_response_match_v2._FINAL_RESPONSE_MATCH_V2_PROMPT,
+        rubric_based_final_response_quality_v1._RUBRIC_BASED_FINAL_RESPONSE_QUALITY_V1_PROMPT,
+        rubric_based_tool_use_quality_v1._RUBRIC_BASED_TOOL_USE_QUALITY_V1_PROMPT,
+        rubric_based_multi_turn_trajectory_evaluator._RUBRIC_BASED_MULTI_TURN_TRAJECTORY_QUALITY_V1_PROMPT,
+    )
+    heads = []
+    for template in templates:
+        fields = {name: "\0" for _, name, _, _ in string.Formatter().parse(template) if name}
+        heads.append(template.format(**fields).split("\0", 1)[0])
+    return tuple(heads)
+
+
 # The one rubric prompt whose block layout the grammar below reproduces: final-response quality.
 # The tool-use and multi-turn rubric prompts word their blocks differently, so they stay free.
 _FINAL_RESPONSE_RUBRIC = "Verdict: [yes|no]"
@@ -41,29 +76,47 @@ label ::= "valid" | "invalid"
 """
 
 
-# The version of what this module adds to a local judge request (grammars, schemas, token limits).
-# Bump it whenever judge_output_constraint's output changes: the version joins the cassette key, so
-# old recordings no longer replay for the new format. "v1" is the format the committed recordings
-# were made with, and it stays out of the key so their digests are unchanged.
-JUDGE_FORMAT_VERSION = "v1"
+# The versions of what this module adds to a local judge request (grammars, schemas, token limits).
+# Add a version whenever judge_output_constraint's output changes: the version joins the cassette key,
+# so old recordings never replay for a new format. "v1" is the format the committed recordings were
+# made with, and it stays out of the key so their digests are unchanged. "v2" bounds the rubric
+# blocks' Evidence and Rationale (final-response rubric prompts only; the reference format is v1's);
+# its key names its bounds, since each bound is another grammar. WORKBOOK_JUDGE_FORMAT picks one
+# (default v1, so the committed recordings replay).
 _UNKEYED_VERSION = "v1"
+_V2_PROPERTY_WORDS = 6  # v2 restates a property's first words only: ADK matches a block by its ID line
+
+
+def judge_format_version() -> str:
+    """Return the judge format now in force as it joins a cassette key: 'v1', or 'v2-e<evidence
+    chars>-r<rationale chars>' (WORKBOOK_JUDGE_FORMAT, WORKBOOK_JUDGE_EVIDENCE_CHARS, ..._RATIONALE_CHARS)."""
+    current = settings()
+    if current.workbook_judge_format == "v1":
+        return "v1"
+    return f"v2-e{current.workbook_judge_evidence_chars}-r{current.workbook_judge_rationale_chars}"
 
 
 def format_key(request: dict) -> dict:
     """Return what the workbook's own judge format adds to a request's cassette key: {"judge_format":
-    version} for a request it constrains, {} for any other request or for the unkeyed version v1."""
-    if JUDGE_FORMAT_VERSION == _UNKEYED_VERSION or "response_schema" in request["config"]:
+    version} for a request the version in force constrains differently from v1, else {} (so v1's
+    digests, and every request a new version leaves as it was, keep replaying)."""
+    version = judge_format_version()
+    if version == _UNKEYED_VERSION or _constraint(request, version) == _constraint(request, _UNKEYED_VERSION):
         return {}
-    return {"judge_format": JUDGE_FORMAT_VERSION} if judge_output_constraint(request) else {}
+    return {"judge_format": version}
 
 
 def judge_output_constraint(request: dict) -> dict:
     """Return llama.cpp constraint fields (json_schema or grammar, max_tokens) for a request, or {}.
 
     A request's own response schema wins. Otherwise ADK's LLM-judge prompts are answered in the
-    exact format ADK's parsers read; what goes into each field, the verdict included, is still the
-    model's own choice.
+    exact format ADK's parsers read (the judge format in force); what goes into each field, the
+    verdict included, is still the model's own choice.
     """
+    return _constraint(request, judge_format_version())
+
+
+def _constraint(request: dict, version: str) -> dict:
     if "response_schema" in request["config"]:
         return {"json_schema": request["config"]["response_schema"]}
     kind = judge_kind(request)
@@ -71,9 +124,19 @@ def judge_output_constraint(request: dict) -> dict:
         return {"grammar": REFERENCE_JUDGE_GRAMMAR, "max_tokens": 160}
     prompt = last_prompt(request)
     if kind == "rubric" and _FINAL_RESPONSE_RUBRIC in prompt:
-        properties = rubric_properties(prompt)
-        return {"grammar": rubric_grammar(properties), "max_tokens": 40 + 140 * len(properties)}
+        return _rubric_constraint(rubric_properties(prompt), version)
     return {}
+
+
+def _rubric_constraint(properties: list[tuple[str, str]], version: str) -> dict:
+    if version == "v1":
+        return {"grammar": rubric_grammar(properties), "max_tokens": 40 + 140 * len(properties)}
+    current = settings()
+    evidence, rationale = current.workbook_judge_evidence_chars, current.workbook_judge_rationale_chars
+    short = [(rubric_id, " ".join(text.split()[:_V2_PROPERTY_WORDS])) for rubric_id, text in properties]
+    # Room for every block even at one token per character, so a reply is never cut short of a verdict.
+    per_block = 40 + _V2_PROPERTY_WORDS * 2 + evidence + rationale
+    return {"grammar": rubric_grammar(short, evidence, rationale), "max_tokens": 40 + per_block * len(properties)}
 
 
 def rubric_properties(prompt: str) -> list[tuple[str, str]]:
@@ -82,11 +145,11 @@ def rubric_properties(prompt: str) -> list[tuple[str, str]]:
     return re.findall(r"(?m)^\*\s+\[id: (.*?)\] (.*)$", block)
 
 
-def rubric_grammar(properties: list[tuple[str, str]]) -> str:
+def rubric_grammar(properties: list[tuple[str, str]], evidence_chars: int = 160, rationale_chars: int = 200) -> str:
     """Return a GBNF grammar for ADK's rubric verdict blocks, one per (id, property).
 
-    ID and Property are fixed to the prompt's own text, so ADK's parser always sees matching
-    counts; Evidence and Rationale are single bounded lines; the verdict is yes or no.
+    ID and Property are fixed to the given text, so ADK's parser always sees matching counts;
+    Evidence and Rationale are single lines of at most the given characters; the verdict is yes or no.
     """
     blocks = []
     for index, (rubric_id, text) in enumerate(properties):
@@ -95,7 +158,11 @@ def rubric_grammar(properties: list[tuple[str, str]]) -> str:
         fields = '"Evidence: " evidence "\\nRationale: " rationale "\\nVerdict: " verdict "\\n"'
         blocks.append(f"b{index} ::= {literal} {fields}{separator}")
     root = "root ::= " + " ".join(f"b{i}" for i in range(len(properties)))
-    bounded = ["evidence ::= [^\\n]{1,160}", "rationale ::= [^\\n]{1,200}", 'verdict ::= "yes" | "no"']
+    bounded = [
+        f"evidence ::= [^\\n]{{1,{evidence_chars}}}",
+        f"rationale ::= [^\\n]{{1,{rationale_chars}}}",
+        'verdict ::= "yes" | "no"',
+    ]
     return "\n".join([root, *blocks, *bounded])
 
 

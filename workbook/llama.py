@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbook.judge_formats import judge_output_constraint
+from workbook.prompt_cache import PromptCache, prompt_cache_dir
 from workbook.settings import WorkbookError, settings
 from workbook.weights import local_model_path
 
@@ -36,15 +37,35 @@ class LocalEngine:
         params.flash_attn_type = xllamacpp.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.warmup = False
         params.verbosity = -1
+        prompt_cache_dir().mkdir(parents=True, exist_ok=True)
+        params.slot_save_path = f"{prompt_cache_dir()}/"  # llama.cpp appends file names to it as text
         self.path = path
         self.server = xllamacpp.Server(params)
+        self.prompt_cache = PromptCache(path, self.post)
+        self._lock = threading.Lock()
 
     def chat(self, body: dict) -> dict:
         """Return llama.cpp's OpenAI-style chat completion for a request body."""
-        reply = self.server.handle_chat_completions(body)
+        # One slot (n_parallel 1), so calls queue in llama.cpp anyway; the lock keeps a prefix's
+        # restore, the call and the save of its state together.
+        with self._lock:
+            key = self.prompt_cache.key(body["messages"])
+            self.prompt_cache.before(key)
+            reply = self.server.handle_chat_completions(body)
+            self.prompt_cache.after(None if "error" in reply else key)
         if "error" in reply:
             raise WorkbookError(f"llama.cpp refused the request for {self.path.name}: {reply['error']}")
         return reply
+
+    def post(self, path: str, body: dict) -> dict:
+        """Return the JSON answer of this model's in-process llama.cpp server to a POST (loopback only)."""
+        request = urllib.request.Request(
+            self.server.listening_address + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
 
 
 _ENGINES: dict[Path, LocalEngine] = {}
@@ -133,10 +154,4 @@ def render_chat_via_server(model: str, system: str, turns: list[str]) -> str:
         "contents": [{"role": "user" if i % 2 == 0 else "model", "text": t} for i, t in enumerate(turns)],
         "config": {},
     }
-    engine = local_engine(model)
-    body = json.dumps({"messages": _chat_body(request, seed=0)["messages"]}).encode()
-    post = urllib.request.Request(
-        engine.server.listening_address + "/apply-template", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(post, timeout=30) as response:
-        return json.loads(response.read())["prompt"]
+    return local_engine(model).post("/apply-template", {"messages": _chat_body(request, seed=0)["messages"]})["prompt"]

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,6 +77,15 @@ class Settings(BaseSettings):
     workbook_progress: bool = True  # progress bars; batch kernels (make report, tests) set it off
     workbook_threads: int = max(1, os.cpu_count() or 1)
     workbook_n_ctx: int = 8192
+    # Saved llama.cpp prompt states (workbook/prompt_cache.py): the folder (default: prompt-cache in the
+    # model cache) and its bound; 0 saves and restores none.
+    workbook_prompt_cache: Path | None = None
+    workbook_prompt_cache_mib: int = Field(2048, ge=0)
+    # The local rubric judge's output format (workbook/judge_formats.py): v1 is what the committed
+    # recordings hold; v2 bounds each block's Evidence and Rationale to these many characters.
+    workbook_judge_format: Literal["v1", "v2"] = "v1"
+    workbook_judge_evidence_chars: int = Field(40, ge=1)
+    workbook_judge_rationale_chars: int = Field(64, ge=1)
 
 
 _current: Settings | None = None
@@ -96,11 +105,22 @@ def refresh_settings() -> Settings:
 
 def use_record_mode(mode: str = "") -> str:
     """Return the record mode now in force, after setting it for this process ('' keeps WORKBOOK_RECORD_MODE)."""
-    if mode:
-        if mode not in ("auto", "replay", "live", "plan"):
-            raise WorkbookError(f"record mode must be auto, replay, live or plan, not {mode!r}")
-        os.environ["WORKBOOK_RECORD_MODE"] = mode
-    return refresh_settings().workbook_record_mode
+    return _use_setting("WORKBOOK_RECORD_MODE", mode, ("auto", "replay", "live", "plan")).workbook_record_mode
+
+
+def use_judge_format(version: str = "") -> str:
+    """Return the local judge format now in force, after setting it for this process ('' keeps
+    WORKBOOK_JUDGE_FORMAT): 'v1' (the committed recordings) or 'v2' (bounded rubric blocks)."""
+    return _use_setting("WORKBOOK_JUDGE_FORMAT", version, ("v1", "v2")).workbook_judge_format
+
+
+def _use_setting(variable: str, value: str, allowed: tuple[str, ...]) -> Settings:
+    # Through the environment, so papermill kernels and other child processes inherit the choice.
+    if value:
+        if value not in allowed:
+            raise WorkbookError(f"{variable.lower().removeprefix('workbook_')} must be one of {allowed}, not {value!r}")
+        os.environ[variable] = value
+    return refresh_settings()
 
 
 def outputs_dir() -> Path:
