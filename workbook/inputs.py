@@ -46,15 +46,29 @@ def input_record(read_log: Path) -> dict:
             note = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a killed kernel; the job reruns anyway
-        if "file" in note:
-            files.add(shown_path(note["file"]))
+        if "file" in note:  # a relative path is the repository's (a log made on another machine)
+            files.add(shown_path(REPO / note["file"]))
         else:
-            keys[shown_path(note["recording"])].add(tuple(note["key"]))
+            keys[shown_path(REPO / note["recording"])].add(tuple(note["key"]))
     recordings = {}
     for cassette, used in sorted(keys.items()):
         ordered = sorted(used)
         recordings[cassette] = {"keys": [list(key) for key in ordered], "digest": _recordings_digest(cassette, ordered)}
     return {"files": {path: _path_digest(path) for path in sorted(files)}, "recordings": recordings}
+
+
+def portable_read_log(read_log: Path) -> str:
+    """Return a read log with the repository's paths made relative, so `input_record` reads it in
+    another checkout of the same commit (a Dask worker's log, on the client)."""
+    notes = []
+    for line in read_log.read_text(encoding="utf-8").splitlines() if read_log.exists() else []:
+        try:
+            note = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed kernel, as input_record skips it
+        field = "file" if "file" in note else "recording"
+        notes.append(json.dumps({**note, field: shown_path(note[field])}, sort_keys=True) + "\n")
+    return "".join(notes)
 
 
 def changed_inputs(record: dict) -> list[str]:

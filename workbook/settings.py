@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     default_model: str = "local/qwen-1.5b"
     workbook_record_mode: RecordMode = "auto"
     workbook_recordings: Path = DATA / "recordings"
+    # A Dask worker records new calls here (a scratch folder read over workbook_recordings) and the
+    # client merges them into the shared cassettes: no worker writes those itself.
+    workbook_record_into: Path | None = None
     workbook_labels: Path = DATA / "labels"  # human labels, one <battery>.csv each
     workbook_model_cache: Path = Path.home() / ".cache" / "adk-eval-workbook"
     workbook_gguf: Path | None = None  # the file behind `local/custom`
