@@ -31,6 +31,7 @@ class NotebookJob:
     notebook: str
     parameters: dict
     name: str  # output stem under outputs/notebooks/
+    after_others: bool = False  # the report notebook: it reads the run tables of every other job
 
 
 def grid_jobs(grid_file: str | Path = DEFAULT_GRID) -> list[NotebookJob]:
@@ -48,7 +49,7 @@ def grid_jobs(grid_file: str | Path = DEFAULT_GRID) -> list[NotebookJob]:
             parameters["run_id"] = f"grid__{slug}"
             jobs.append(NotebookJob(grid["notebook"], parameters, f"{Path(grid['notebook']).stem}__{slug}"))
     if spec.get("report"):
-        jobs.append(NotebookJob(spec["report"], {}, Path(spec["report"]).stem))
+        jobs.append(NotebookJob(spec["report"], {}, Path(spec["report"]).stem, after_others=True))
     return jobs
 
 

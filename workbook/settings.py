@@ -56,6 +56,11 @@ class GridFileError(WorkbookError):
     """The report grid file is malformed; the message names file, key or line and the fix."""
 
 
+class GridRunError(WorkbookError):
+    """Report jobs failed, or a Dask scheduler or worker could not run them; the message names each
+    job or address, what went wrong and what to do."""
+
+
 class Settings(BaseSettings):
     """Workbook settings, read from the environment and an optional .env file."""
 
@@ -79,6 +84,8 @@ class Settings(BaseSettings):
     workbook_adk_agents: Path = REPO / "agents"  # ADK agent packages: adk web reads eval sets and history there
     workbook_progress: bool = True  # progress bars; batch kernels (make report, tests) set it off
     workbook_threads: int = max(1, os.cpu_count() or 1)
+    workbook_grid_workers: int = max(1, os.cpu_count() or 1)  # report jobs run at once (1: one after another)
+    workbook_dask_scheduler: str | None = None  # tcp://host:port: run report jobs on that Dask cluster's workers
     workbook_n_ctx: int = 8192
 
 
