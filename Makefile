@@ -87,6 +87,7 @@ web: evalsets
 
 benchmark: $(MODELS_STAMP)
 	$(PY) benchmarks/bench_models.py
+	$(PY) benchmarks/bench_report.py
 
 # Debian's Chromium and its chromedriver (never a downloaded browser): the report check and the
 # JupyterLab browser test (Selenium) in the tests.

@@ -15,6 +15,8 @@ from conftest import REPO, setenv
 import helpers
 from workbook import grid_dask
 from workbook.cassettes import CassetteStore, merge_recordings, request_digest, shared_recordings
+from workbook.inputs import input_record, local_read_log, portable_read_log
+from workbook.util import file_digest
 
 GRID = """grid:
   notebook: batch_eval_run.ipynb
@@ -88,9 +90,11 @@ def _inputs(outputs: Path, job: str) -> dict:
 def test_a_report_through_a_scheduler_with_two_workers_equals_a_serial_one(scheduler, tmp_path, monkeypatch):
     serial, serial_outputs = _report(tmp_path, monkeypatch, "serial", workers=1)
     spread, spread_outputs = _report(tmp_path, monkeypatch, "dask", scheduler=scheduler)
-    assert [(r["job"], r["status"]) for r in spread] == [(job, "ran") for job in JOBS] == [
-        (r["job"], r["status"]) for r in serial
-    ]
+    assert (
+        [(r["job"], r["status"]) for r in spread]
+        == [(job, "ran") for job in JOBS]
+        == [(r["job"], r["status"]) for r in serial]
+    )
     tables = _tables(spread_outputs)
     assert list(tables) == ["runs/grid__prompt_version=v1__evalset=final/table.csv", "runs/grid__prompt_version=v4__evalset=final/table.csv"]  # fmt: skip
     assert tables == _tables(serial_outputs)
@@ -109,9 +113,13 @@ def test_a_failed_job_fails_the_report_and_the_finished_one_is_kept(tmp_path, mo
         _report(tmp_path, monkeypatch, "outputs", grid_text=grid, workers=2)
     outputs = tmp_path / "outputs" / "notebooks"
     message = str(failed.value)
-    assert message.startswith("1 report job(s) failed:\n  batch_eval_run__prompt_version=v4__evalset=no-such-evalset (worker ")
+    assert message.startswith(
+        "1 report job(s) failed:\n  batch_eval_run__prompt_version=v4__evalset=no-such-evalset (worker "
+    )
     assert "no_such_evalset" in message and str(outputs / "batch_eval_run__prompt_version=v4__evalset=no-such-evalset.ipynb") in message  # fmt: skip
-    assert (outputs / "batch_eval_run__prompt_version=v4__evalset=no-such-evalset.ipynb").is_file()  # shows the failing cell
+    assert (
+        outputs / "batch_eval_run__prompt_version=v4__evalset=no-such-evalset.ipynb"
+    ).is_file()  # shows the failing cell
     assert not (outputs / "batch_eval_run__prompt_version=v4__evalset=no-such-evalset.done.json").exists()
     assert (outputs / "batch_eval_run__prompt_version=v4__evalset=final.done.json").is_file()
     assert (tmp_path / "outputs" / "runs" / "grid__prompt_version=v4__evalset=final" / "table.csv").is_file()
@@ -171,3 +179,36 @@ def test_a_workers_recordings_reach_the_shared_cassettes_only_through_the_merge(
     assert merge_recordings(elsewhere) == [("local_scripted.jsonl", request_digest(_request("new question")), 0)]
     assert len(cassette.read_text().splitlines()) == 2
     assert "new answer [REDACTED]" in shared_recordings(elsewhere)["local_scripted.jsonl"]  # what a rerun replays
+
+
+def test_a_read_log_travels_to_another_checkout_with_its_outputs_paths_moved(tmp_path):
+    """A worker's job read a data file, a recording and a file it wrote in its own outputs folder."""
+    worker_outputs, client_outputs = tmp_path / "worker" / "outputs", tmp_path / "client" / "outputs"
+    for outputs in (worker_outputs, client_outputs):
+        outputs.mkdir(parents=True)
+        (outputs / "promoted.evalset.json").write_text("{}")
+    read_log = tmp_path / "worker" / "reads.jsonl"
+    notes = [
+        {"file": str(REPO / "data" / "evalsets" / "final.evalset.json")},
+        {"file": str(worker_outputs / "promoted.evalset.json")},
+        {"recording": str(REPO / "data" / "recordings" / "local_qwen-0.5b.jsonl"), "key": ["abc", 0]},
+    ]
+    read_log.write_text("".join(json.dumps(note) + "\n" for note in notes))
+    portable = portable_read_log(read_log, worker_outputs)
+    assert str(tmp_path) not in portable and str(REPO) not in portable
+    local_read_log(portable, tmp_path / "client" / "reads.jsonl", client_outputs)
+    record = input_record(tmp_path / "client" / "reads.jsonl")
+    assert set(record["files"]) == {"data/evalsets/final.evalset.json", str(client_outputs / "promoted.evalset.json")}
+    assert record == {**input_record(read_log), "files": record["files"]}
+    assert record["files"][str(client_outputs / "promoted.evalset.json")] == file_digest(
+        client_outputs / "promoted.evalset.json"
+    )
+
+
+def test_calls_recorded_by_local_jobs_of_an_interrupted_report_are_merged_by_the_next_run(recordings, tmp_path):
+    """Plumbing with a scripted reply: a killed local worker left its scratch folder in the outputs folder."""
+    scratch = tmp_path / "outputs" / ".dask-scratch" / "workbook-job-killed" / "recordings"
+    _call(CassetteStore(recordings, "auto", record_into=scratch), "asked before the interruption", "kept")
+    grid_dask.run_on_dask([], tmp_path / "outputs" / "notebooks", False, None, scheduler=None, workers=2)
+    assert _call(CassetteStore(recordings, "replay"), "asked before the interruption") == "kept"
+    assert not any((tmp_path / "outputs" / ".dask-scratch").iterdir())

@@ -14,25 +14,28 @@ fails once every other job is written.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workbook.cassettes import merge_recordings, shared_recordings
 from workbook.grid import execute_job, finish_job, job_fingerprint, skipped, start_job
 from workbook.grid_file import NotebookJob
-from workbook.inputs import READ_LOG_VARIABLE, input_record, portable_read_log
+from workbook.inputs import READ_LOG_VARIABLE, input_record, local_read_log, portable_read_log
 from workbook.settings import GridRunError, settings
 from workbook.util import atomic_write, first_line
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, Future
     from tqdm.auto import tqdm
 
+SCRATCH_PREFIX = "workbook-job-"
 ATTEMPTS = 3  # runs of a job whose recordings keep meeting another job's recordings of the same calls
 CONNECT_TIMEOUT_S = 20
 
@@ -52,11 +55,12 @@ class JobOutcome:
     error: str = ""  # why papermill failed ("" when the notebook ran through)
 
 
-def run_job_on_worker(job: NotebookJob, mode: str, replay: dict[str, str]) -> JobOutcome:
+def run_job_on_worker(job: NotebookJob, mode: str, replay: dict[str, str], scratch_root: str | None) -> JobOutcome:
     """Return what one report job made when papermill ran it here (a Dask worker) in record mode `mode`,
-    in a scratch folder: outputs, and new recordings over this checkout's data/recordings, after
-    `replay` (cassette file name -> JSONL) is put there to be replayed first."""
-    with tempfile.TemporaryDirectory(prefix="workbook-job-") as name:
+    in a scratch folder (under `scratch_root`, else a temporary one): outputs, and new recordings over
+    this checkout's data/recordings, after `replay` (cassette file name -> JSONL) is put there to be
+    replayed first."""
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=scratch_root) as name:
         scratch = Path(name)
         outputs, recordings, read_log = scratch / "outputs", scratch / "recordings", scratch / "reads.jsonl"
         (outputs / "notebooks").mkdir(parents=True)
@@ -79,11 +83,16 @@ def run_job_on_worker(job: NotebookJob, mode: str, replay: dict[str, str]) -> Jo
                 path.name: path.read_text(encoding="utf-8").removeprefix(replay.get(path.name, ""))
                 for path in recordings.glob("*.jsonl")
             },
-            reads=portable_read_log(read_log),
-            file_digests=input_record(read_log)["files"],
+            reads=portable_read_log(read_log, outputs),
+            file_digests=_checkout_digests(read_log),
             fingerprint=job_fingerprint(job),
             error=error,
         )
+
+
+def _checkout_digests(read_log: Path) -> dict[str, str]:
+    """The digests of the repository's files a job read (paths relative to it), as this checkout holds them."""
+    return {path: digest for path, digest in input_record(read_log)["files"].items() if not Path(path).is_absolute()}
 
 
 def run_on_dask(
@@ -101,17 +110,33 @@ def run_on_dask(
         else:
             reasons[job.name] = reason
     todo = [job for job in jobs if job.name in reasons]
+    # Local workers keep their scratch folders in this outputs folder: a report killed midway leaves the
+    # calls its running jobs recorded there, and the next run merges them instead of making them again.
+    scratch_root = None if scheduler else folder.parent / ".dask-scratch"
+    if scratch_root:
+        _merge_leftovers(scratch_root)
     if todo:
         with dask_client(scheduler, workers) as client:
-            results += _run_tasks(client, todo, reasons, folder, bar)
+            results += _run_tasks(partial(_submit, client, scratch_root=scratch_root), todo, reasons, folder, bar)
     return results
 
 
-def _run_tasks(client: Client, jobs: list[NotebookJob], reasons: dict, folder: Path, bar: tqdm) -> list[dict]:
+def _merge_leftovers(scratch_root: Path) -> None:
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    for leftover in sorted(scratch_root.glob(f"{SCRATCH_PREFIX}*")):
+        merge_recordings({path.name: path.read_text() for path in leftover.glob("recordings/*.jsonl")})
+        shutil.rmtree(leftover)
+
+
+def _submit(client: Client, job: NotebookJob, replay: dict[str, str], scratch_root: Path | None) -> Future:
+    mode = settings().workbook_record_mode
+    return client.submit(run_job_on_worker, job, mode, replay, scratch_root and str(scratch_root), pure=False)
+
+
+def _run_tasks(submit: Callable, jobs: list[NotebookJob], reasons: dict, folder: Path, bar: tqdm) -> list[dict]:
     from distributed import as_completed
 
-    mode = settings().workbook_record_mode
-    runs = {client.submit(run_job_on_worker, job, mode, {}, pure=False): (job, 1) for job in jobs}
+    runs = {submit(job, {}): (job, 1) for job in jobs}
     results, failures = [], []
     for future in (queue := as_completed(list(runs))):
         job, attempt = runs.pop(future)
@@ -123,7 +148,7 @@ def _run_tasks(client: Client, jobs: list[NotebookJob], reasons: dict, folder: P
             continue
         conflicts = merge_recordings(outcome.recordings)
         if conflicts and not outcome.error and attempt < ATTEMPTS:
-            rerun = client.submit(run_job_on_worker, job, mode, shared_recordings(outcome.recordings), pure=False)
+            rerun = submit(job, shared_recordings(outcome.recordings))
             runs[rerun] = (job, attempt + 1)
             queue.add(rerun)
             continue
@@ -145,7 +170,7 @@ def _write_back(job: NotebookJob, outcome: JobOutcome, folder: Path, conflicts: 
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, content)
     read_log = folder / f"{job.name}.reads.jsonl"
-    atomic_write(read_log, outcome.reads)
+    local_read_log(outcome.reads, read_log, folder.parent)
     inputs = input_record(read_log)
     where = f"{job.name} (worker {outcome.worker})"
     if outcome.error:
@@ -154,7 +179,7 @@ def _write_back(job: NotebookJob, outcome: JobOutcome, folder: Path, conflicts: 
         return (
             f"{where}: the worker's notebook or workbook code differs from this checkout's; check out this commit there"
         )
-    differing = sorted(path for path, digest in inputs["files"].items() if outcome.file_digests.get(path) != digest)
+    differing = sorted(path for path, digest in outcome.file_digests.items() if inputs["files"].get(path) != digest)
     if differing:
         return f"{where}: the worker read other versions of {', '.join(differing[:3])}; check out this commit there"
     if conflicts:
