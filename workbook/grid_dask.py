@@ -55,11 +55,13 @@ class JobOutcome:
     error: str = ""  # why papermill failed ("" when the notebook ran through)
 
 
-def run_job_on_worker(job: NotebookJob, mode: str, replay: dict[str, str], scratch_root: str | None) -> JobOutcome:
-    """Return what one report job made when papermill ran it here (a Dask worker) in record mode `mode`,
-    in a scratch folder (under `scratch_root`, else a temporary one): outputs, and new recordings over
-    this checkout's data/recordings, after `replay` (cassette file name -> JSONL) is put there to be
-    replayed first."""
+def run_job_on_worker(
+    job: NotebookJob, settings_env: dict[str, str], replay: dict[str, str], scratch_root: str | None
+) -> JobOutcome:
+    """Return what one report job made when papermill ran it here (a Dask worker), its kernel seeing the
+    client's `settings_env` (record mode, threads), in a scratch folder (under `scratch_root`, else a
+    temporary one): outputs, and new recordings over this checkout's data/recordings, after `replay`
+    (cassette file name -> JSONL) is put there to be replayed first."""
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=scratch_root) as name:
         scratch = Path(name)
         outputs, recordings, read_log = scratch / "outputs", scratch / "recordings", scratch / "reads.jsonl"
@@ -67,8 +69,8 @@ def run_job_on_worker(job: NotebookJob, mode: str, replay: dict[str, str], scrat
         recordings.mkdir()
         for cassette, text in replay.items():
             (recordings / cassette).write_text(text, encoding="utf-8")
-        env = {"WORKBOOK_OUTPUTS": str(outputs), "WORKBOOK_RECORD_INTO": str(recordings)}
-        env |= {"WORKBOOK_RECORD_MODE": mode, READ_LOG_VARIABLE: str(read_log)}
+        env = {**settings_env, "WORKBOOK_OUTPUTS": str(outputs), "WORKBOOK_RECORD_INTO": str(recordings)}
+        env[READ_LOG_VARIABLE] = str(read_log)
         seconds, error = 0.0, ""
         try:
             seconds = execute_job(job, outputs / "notebooks" / f"{job.name}.ipynb", **env)
@@ -115,9 +117,13 @@ def run_on_dask(
     scratch_root = None if scheduler else folder.parent / ".dask-scratch"
     if scratch_root:
         _merge_leftovers(scratch_root)
+    env = {"WORKBOOK_RECORD_MODE": settings().workbook_record_mode}
+    if not scheduler:  # local models on one machine: its cores are shared between the jobs running at once
+        env["WORKBOOK_THREADS"] = str(max(1, settings().workbook_threads // workers))
     if todo:
         with dask_client(scheduler, workers) as client:
-            results += _run_tasks(partial(_submit, client, scratch_root=scratch_root), todo, reasons, folder, bar)
+            submit = partial(_submit, client, env=env, scratch_root=scratch_root)
+            results += _run_tasks(submit, todo, reasons, folder, bar)
     return results
 
 
@@ -128,9 +134,8 @@ def _merge_leftovers(scratch_root: Path) -> None:
         shutil.rmtree(leftover)
 
 
-def _submit(client: Client, job: NotebookJob, replay: dict[str, str], scratch_root: Path | None) -> Future:
-    mode = settings().workbook_record_mode
-    return client.submit(run_job_on_worker, job, mode, replay, scratch_root and str(scratch_root), pure=False)
+def _submit(client: Client, job: NotebookJob, replay: dict[str, str], env: dict, scratch_root: Path | None) -> Future:
+    return client.submit(run_job_on_worker, job, env, replay, scratch_root and str(scratch_root), pure=False)
 
 
 def _run_tasks(submit: Callable, jobs: list[NotebookJob], reasons: dict, folder: Path, bar: tqdm) -> list[dict]:
