@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs, read_grid_file
+from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs, import_papermill, read_grid_file
 from workbook.inputs import READ_LOG_VARIABLE, changed_inputs, input_record
 from workbook.quiet import BatchKernelManager
 from workbook.settings import REPO, GridRunError, outputs_dir, settings
@@ -171,8 +171,7 @@ _ONE_JOB_AT_A_TIME = threading.Lock()
 def execute_job(job: NotebookJob, output: Path, **env: str) -> float:
     """Return the seconds papermill took to execute a job's notebook into `output` in a batch kernel
     that sees `env` (the read log, and for a Dask worker its scratch folders) over this process's."""
-    import papermill
-
+    papermill = import_papermill()
     with _ONE_JOB_AT_A_TIME, environment(**env):
         started = time.perf_counter()
         papermill.execute_notebook(

@@ -14,9 +14,12 @@ fails once every other job is written.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
+import sys
 import tempfile
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +27,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbook.cassettes import merge_recordings, shared_recordings
 from workbook.grid import execute_job, finish_job, job_fingerprint, skipped, start_job
 from workbook.grid_file import NotebookJob
 from workbook.inputs import READ_LOG_VARIABLE, input_record, local_read_log, portable_read_log
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
     from tqdm.auto import tqdm
 
 SCRATCH_PREFIX = "workbook-job-"
+# The workers' statistical profiler samples a running task's stack every 10 ms: on 2 cores it cost each local
+# worker ~4 s of CPU per replayed job, and nobody reads its profiles.
+LOCAL_CLUSTER_CONFIG = {"distributed.worker.profile.enabled": False}
 ATTEMPTS = 3  # runs of a job whose recordings keep meeting another job's recordings of the same calls
 CONNECT_TIMEOUT_S = 20
 
@@ -128,6 +133,8 @@ def run_on_dask(
 
 
 def _merge_leftovers(scratch_root: Path) -> None:
+    from workbook.cassettes import merge_recordings  # here: workers import this module, and need no ADK
+
     scratch_root.mkdir(parents=True, exist_ok=True)
     for leftover in sorted(scratch_root.glob(f"{SCRATCH_PREFIX}*")):
         merge_recordings({path.name: path.read_text() for path in leftover.glob("recordings/*.jsonl")})
@@ -140,6 +147,8 @@ def _submit(client: Client, job: NotebookJob, replay: dict[str, str], env: dict,
 
 def _run_tasks(submit: Callable, jobs: list[NotebookJob], reasons: dict, folder: Path, bar: tqdm) -> list[dict]:
     from distributed import as_completed
+
+    from workbook.cassettes import merge_recordings, shared_recordings  # here: workers need no ADK
 
     runs = {submit(job, {}): (job, 1) for job in jobs}
     results, failures = [], []
@@ -194,18 +203,35 @@ def _write_back(job: NotebookJob, outcome: JobOutcome, folder: Path, conflicts: 
 
 
 @contextmanager
+def _main_module_left_out() -> Iterator[None]:
+    """Start processes that do not import this process's __main__ module: a spawned process imports it
+    again, and under `python -m helpers report` that is the whole workbook (seconds of CPU per worker,
+    and slow to shut down), though a task needs only this module."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+@contextmanager
 def dask_client(scheduler: str | None, workers: int) -> Iterator[Client]:
     """Yield a Dask client: of the scheduler at `scheduler` (which must have a worker), or of a local
     cluster of `workers` single-threaded processes, closed afterwards."""
+    import dask
     from distributed import Client, LocalCluster
 
     if not scheduler:
-        # Processes, not threads: papermill runs one job per process (see workbook.grid.execute_job).
-        # Loopback only; the scheduler's HTTP routes on a free port (its default is 8787 on every interface).
-        http = {"dashboard_address": "127.0.0.1:0", "dashboard": False}
-        cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None, scheduler_kwargs=http
-        )
+        with _main_module_left_out(), dask.config.set(LOCAL_CLUSTER_CONFIG):
+            cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,  # processes, not threads: one papermill job per process (grid.execute_job)
+                host="127.0.0.1",  # loopback only
+                dashboard_address=None,
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0", "dashboard": False},  # default: 8787, any host
+                silence_logs=logging.ERROR,  # the report names each failed job; the rest is distributed's chatter
+            )
         with cluster, Client(cluster) as client:
             yield client
         return
