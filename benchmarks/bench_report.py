@@ -1,6 +1,7 @@
 """Report benchmark, from one run, in strict replay (no model weights needed): the report grid serial
 (`--workers 1`: one job after another) vs parallel (a local Dask cluster, one worker per core), each
-into an empty temporary outputs folder, then a warm rerun of the parallel one (every job skipped).
+into an empty temporary outputs folder, then a warm rerun of the parallel one (every job skipped), and the
+peak memory of the serial report's largest process (a notebook kernel).
 
 Prints `RATIO replay_report_parallel_vs_serial <parallel / serial wall time>` (goal <= 0.6), after
 checking that both wrote the same run tables: a faster report with other tables would mean nothing.
@@ -10,6 +11,7 @@ Usage: .venv/bin/python benchmarks/bench_report.py [grid.yaml] [--workers N]
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-report-") as folder:
         serial_outputs, parallel_outputs = Path(folder, "serial"), Path(folder, "parallel")
         serial = timed_report(serial_outputs, args.grid_file, "--workers", "1")
+        largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # MiB: the largest process so far
         parallel = timed_report(parallel_outputs, args.grid_file, "--workers", str(args.workers))
         warm = timed_report(parallel_outputs, args.grid_file, "--workers", str(args.workers))
         tables = run_tables(serial_outputs)
@@ -55,7 +58,9 @@ def main() -> None:
     print(
         f"replayed report: serial {serial:.1f}s, parallel {parallel:.1f}s on {args.workers} workers, warm {warm:.1f}s"
     )
-    print(f"(same {len(tables)} run tables; {os.cpu_count()} cores)")
+    print(
+        f"(same {len(tables)} run tables; {os.cpu_count()} cores; largest process of the serial report {largest:.0f} MiB)"
+    )
     print(f"RATIO replay_report_parallel_vs_serial {parallel / serial:.2f}")
 
 
