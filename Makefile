@@ -9,6 +9,8 @@ SMOLLM_STAMP := $(VENV)/.smollm-installed
 # LIVE=1 records missing calls with the local models; the default replays committed recordings.
 LIVE ?= 0
 RECORD_MODE := $(if $(filter 1,$(LIVE)),auto,replay)
+# SCHEDULER=tcp://host:port runs the report's jobs on that Dask scheduler's workers (README: several machines).
+SCHEDULER ?=
 
 .PHONY: report plan test models lint benchmark chromium web evalsets git-filter
 
@@ -59,7 +61,7 @@ $(MODELS_STAMP): $(REPO_PATH) requirements-models.txt
 models: $(MODELS_STAMP)
 
 report: $(REPO_PATH) $(if $(filter 1,$(LIVE)),$(MODELS_STAMP))
-	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(PY) -m helpers report
+	WORKBOOK_RECORD_MODE=$(RECORD_MODE) $(if $(SCHEDULER),WORKBOOK_DASK_SCHEDULER=$(SCHEDULER)) $(PY) -m helpers report
 
 # What `make report` would replay and what it would have to record (per model, with live minutes), calling
 # no model. PLAN="notebooks/02_rubric_vs_reference.ipynb -p repeats 3" plans one notebook instead.
@@ -87,6 +89,7 @@ web: evalsets
 benchmark: $(MODELS_STAMP)
 	$(PY) benchmarks/bench_models.py
 	$(PY) benchmarks/bench_live.py
+	$(PY) benchmarks/bench_report.py
 
 # Debian's Chromium and its chromedriver (never a downloaded browser): the report check and the
 # JupyterLab browser test (Selenium) in the tests.

@@ -54,6 +54,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.plots          plot_version_pass_rates
   `make report`              workbook.grid_file      grid_jobs (the grid file, validated up front)
                              workbook.grid           run_grid, export_report, report_main
+                             workbook.grid_dask      the grid's jobs as Dask tasks (local or a cluster)
   `make plan`                workbook.plan           plan_run, plan_summary, format_plan, plan_main
 
 Behind them, rarely edited: workbook.weights (local model files), workbook.llama (the llama.cpp
@@ -183,6 +184,7 @@ from workbook.settings import (
     EvalFileError,
     EvalLintError,
     GridFileError,
+    GridRunError,
     IncompleteRunError,
     LabelFileError,
     MissingModelError,
@@ -207,6 +209,7 @@ __all__ = [
     "CredentialsError",
     "EvalFileError",
     "GridFileError",
+    "GridRunError",
     "LabelFileError",
     "EvalLintError",
     "IncompleteRunError",

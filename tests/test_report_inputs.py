@@ -124,22 +124,24 @@ def test_editing_a_prompt_reruns_only_the_jobs_that_read_it(copy):
     assert rerun == {JOBS[0]: "ran", JOBS[1]: "ran", JOBS[2]: "skipped"}  # 01 lists and shows every prompt
 
 
-def test_a_report_killed_midway_then_rerun_gives_the_uninterrupted_tables(copy):
-    """The first two jobs finished earlier; SIGKILL hits the report while the third replays its calls."""
-    root, outputs = copy["root"], copy["root"] / "killed"
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_report_killed_midway_then_rerun_gives_the_uninterrupted_tables(copy, workers):
+    """The first two jobs finished earlier; SIGKILL hits the report while the third replays its calls,
+    in this process (1 worker) or on a local Dask worker (2), whose read log is in its scratch folder."""
+    root, outputs = copy["root"], copy["root"] / f"killed-{workers}"
     shutil.copytree(root / "first", outputs, ignore=shutil.ignore_patterns(f"{JOBS[2]}.*", RUNS[1]))
     report = subprocess.Popen(
-        [sys.executable, "-m", "helpers", "report", "grid.yaml"],
+        [sys.executable, "-m", "helpers", "report", "grid.yaml", "--workers", workers],
         cwd=root,
         env=_environment(root, outputs),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        reads = outputs / "notebooks" / f"{JOBS[2]}.reads.jsonl"  # the job notes each recording it replays
+        logs = f"notebooks/{JOBS[2]}.reads.jsonl" if workers == "1" else ".dask-scratch/*/reads.jsonl"
         deadline = time.monotonic() + 600
-        while report.poll() is None and time.monotonic() < deadline:
-            if reads.exists() and '"recording"' in reads.read_text():
+        while report.poll() is None and time.monotonic() < deadline:  # the job notes each recording it replays
+            if any('"recording"' in reads.read_text() for reads in outputs.glob(logs)):
                 break
             time.sleep(0.05)
         kernels = psutil.Process(report.pid).children(recursive=True)

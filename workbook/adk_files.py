@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from google.adk.evaluation.eval_result import EvalCaseResult, EvalSetResult
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -57,14 +58,15 @@ def link_evalsets(agents_dir: str | Path | None = None, app_name: str = APP_NAME
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(f"*{EVALSET_SUFFIX}"):
         if stale.is_symlink() and not stale.exists():
-            stale.unlink()
+            stale.unlink(missing_ok=True)  # parallel report jobs may remove it at the same moment
     links = []
     for source in sorted((DATA / "evalsets").glob(f"*{EVALSET_SUFFIX}")):
         link, target = folder / source.name, os.path.relpath(source, folder)
         if link.is_symlink() and os.readlink(link) != target:
-            link.unlink()
+            link.unlink(missing_ok=True)
         if not link.exists() and not link.is_symlink():
-            link.symlink_to(target)
+            with contextlib.suppress(FileExistsError):  # another report job made it first
+                link.symlink_to(target)
         links.append(link)
     return links
 

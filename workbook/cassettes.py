@@ -119,12 +119,16 @@ class CassetteStore:
     miss, `live` always calls and appends. The n-th identical request of a run (see
     `workbook.runscope`; outside any run, of the process) replays the n-th recording of that
     request, so judge samples and repeats keep their variance and a re-run reproduces them.
-    A failed call is noted in the open run scope before it raises.
+    A failed call is noted in the open run scope before it raises. Recordings are keyed and noted by
+    their file in `directory` even when they are written to `record_into`.
     """
 
-    def __init__(self, directory: Path, mode: RecordMode):
+    def __init__(self, directory: Path, mode: RecordMode, record_into: Path | None = None):
         self.directory = Path(directory)
         self.mode = mode
+        # A scratch folder read over `directory` that takes every new recording (a Dask worker's: the
+        # client merges them with `merge_recordings`); None records into `directory` itself.
+        self.record_into = Path(record_into) if record_into else None
         self._seen: dict[str, int] = defaultdict(int)
         self._index: dict[Path, tuple[int, dict[tuple[str, int], dict]]] = {}
         self._lock = threading.Lock()
@@ -182,6 +186,11 @@ class CassetteStore:
             self._seen.clear()
 
     def _entries(self, cassette: Path) -> dict[tuple[str, int], dict]:
+        if self.record_into is None:
+            return self._file_entries(cassette)
+        return {**self._file_entries(cassette), **self._file_entries(self.record_into / cassette.name)}
+
+    def _file_entries(self, cassette: Path) -> dict[tuple[str, int], dict]:
         size = cassette.stat().st_size if cassette.exists() else 0
         cached = self._index.get(cassette)
         if cached is None or cached[0] != size:
@@ -199,22 +208,23 @@ class CassetteStore:
             "reply": {key: value for key, value in reply.items() if key != "replayed"},
         }
         line = _redact_secrets(json.dumps(entry, ensure_ascii=False)) + "\n"
-        cassette.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(cassette) + ".lock"):
+        target = self.record_into / cassette.name if self.record_into else cassette
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(target) + ".lock"):
             if (digest, occurrence) in self._entries(cassette) and self.mode != "live":
                 return  # another process recorded it first
-            append_line(cassette, line)
+            append_line(target, line)
 
 
-_STORES: dict[tuple[str, str], CassetteStore] = {}
+_STORES: dict[tuple[str, str, str], CassetteStore] = {}
 
 
 def cassettes() -> CassetteStore:
     """Return the process-wide cassette store for the current mode and directory."""
     current = settings()
-    key = (str(current.workbook_recordings), current.workbook_record_mode)
+    key = (str(current.workbook_recordings), current.workbook_record_mode, str(current.workbook_record_into))
     if key not in _STORES:
-        _STORES[key] = CassetteStore(current.workbook_recordings, current.workbook_record_mode)
+        _STORES[key] = CassetteStore(*key[:2], record_into=current.workbook_record_into)
     return _STORES[key]
 
 
@@ -224,15 +234,56 @@ def reset_occurrences() -> None:
         store.reset_occurrences()
 
 
+def merge_recordings(recorded: dict[str, str]) -> list[tuple[str, str, int]]:
+    """Return the recordings (cassette file, digest, occurrence) the shared cassettes already hold with
+    another reply, after appending the rest of `recorded` (file name -> JSONL text: a Dask worker's
+    scratch cassettes) to the shared cassettes.
+
+    A recording already there with the same reply is dropped. One whose key is there with another reply
+    (two jobs recorded the same call at once) is a conflict: the shared one stays, and the caller reruns
+    the job that made it, so its tables come from the shared recordings. In live mode every recording is
+    appended, as one process recording twice would (the last recording of a key replays).
+    """
+    current = settings()
+    conflicts = []
+    for name, text in sorted(recorded.items()):
+        cassette = current.workbook_recordings / Path(name).name  # a file name, never a path elsewhere
+        cassette.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(cassette) + ".lock"):
+            shared = _read_cassette(cassette)
+            for key, entry in _parse_cassette(text, f"{name} from a worker").items():
+                if key in shared and shared[key]["reply"] == entry["reply"]:
+                    continue
+                if key in shared and current.workbook_record_mode != "live":
+                    conflicts.append((cassette.name, *key))
+                    continue
+                append_line(cassette, _redact_secrets(json.dumps(entry, ensure_ascii=False)) + "\n")
+    return conflicts
+
+
+def shared_recordings(recorded: dict[str, str]) -> dict[str, str]:
+    """Return the shared cassettes' recordings of every key in `recorded` (file name -> JSONL text, as
+    `merge_recordings` takes): what a rerun of a conflicting job must replay."""
+    directory = settings().workbook_recordings
+    lines = {}
+    for name, text in recorded.items():
+        shared = _read_cassette(directory / Path(name).name)
+        keys = [key for key in _parse_cassette(text, name) if key in shared]
+        lines[name] = "".join(json.dumps(shared[key], ensure_ascii=False) + "\n" for key in keys)
+    return lines
+
+
 def _seed_for(digest: str, occurrence: int) -> int:
     return int(hashlib.sha256(f"{digest}:{occurrence}".encode()).hexdigest()[:8], 16)
 
 
 def _read_cassette(cassette: Path) -> dict[tuple[str, int], dict]:
+    return _parse_cassette(cassette.read_text(encoding="utf-8"), cassette) if cassette.exists() else {}
+
+
+def _parse_cassette(text: str, cassette: Path | str) -> dict[tuple[str, int], dict]:
     entries = {}
-    if not cassette.exists():
-        return entries
-    for number, line in enumerate(cassette.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -5,40 +5,67 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs, read_grid_file
+from workbook.grid_file import DEFAULT_GRID, NOTEBOOKS, NotebookJob, grid_jobs, import_papermill, read_grid_file
 from workbook.inputs import READ_LOG_VARIABLE, changed_inputs, input_record
 from workbook.quiet import BatchKernelManager
-from workbook.settings import REPO, outputs_dir
+from workbook.settings import REPO, GridRunError, outputs_dir, settings
 from workbook.util import atomic_write, environment, now, progress
+
+if TYPE_CHECKING:
+    from tqdm.auto import tqdm
 
 # The one kernel name: the notebooks' kernelspec, papermill, the lab test and `make` (ipykernel install).
 KERNEL_NAME = "python3"
 
 
-def run_grid(grid_file: str | Path = DEFAULT_GRID, force: bool = False) -> list[dict]:
+def run_grid(
+    grid_file: str | Path = DEFAULT_GRID, force: bool = False, workers: int | None = None, scheduler: str | None = None
+) -> list[dict]:
     """Execute every job of the grid with papermill, skipping finished ones; return what happened
-    (job, status, why it ran, seconds).
+    (job, status, why it ran, seconds), in the grid's order.
 
     A job is finished when its .done.json matches the notebook's current content and parameters,
     the workbook's code, and every data file and recording the job read when it ran (see
     workbook.inputs). An interrupted job has no .done.json and runs again; its model calls replay
     from the cassettes. The grid file is validated before any job runs.
+
+    Independent jobs run `workers` at a time (default WORKBOOK_GRID_WORKERS: the machine's cores) on a
+    local Dask cluster, or on the workers of the Dask scheduler at `scheduler` (default
+    WORKBOOK_DASK_SCHEDULER; see workbook.grid_dask); with one worker and no scheduler, one after
+    another in this process. The report notebook runs last, here: it reads every other job's tables.
     """
     folder = outputs_dir() / "notebooks"
     folder.mkdir(parents=True, exist_ok=True)
     jobs = grid_jobs(grid_file)
-    results = []
+    scheduler = scheduler or settings().workbook_dask_scheduler
+    workers = settings().workbook_grid_workers if workers is None else workers
+    if workers < 1:
+        raise GridRunError(f"report workers: {workers}; give 1 or more (--workers, WORKBOOK_GRID_WORKERS)")
+    first = [job for job in jobs if not job.after_others]
     bar = progress(total=len(jobs), desc="report grid", unit="notebook")
     try:
-        for job in jobs:
-            results.append(_run_job(job, folder, force))
-            bar.update(1)
+        if scheduler or workers > 1:
+            from workbook.grid_dask import run_on_dask
+
+            results = run_on_dask(first, folder, force, bar, scheduler=scheduler, workers=workers)
+        else:
+            results = [_run_here(job, folder, force, bar) for job in first]
+        results += [_run_here(job, folder, force, bar) for job in jobs if job.after_others]
     finally:
         bar.close()
-    return results
+    order = [job.name for job in jobs]
+    return sorted(results, key=lambda result: order.index(result["job"]))
+
+
+def _run_here(job: NotebookJob, folder: Path, force: bool, bar: tqdm) -> dict:
+    result = _run_job(job, folder, force)
+    bar.update(1)
+    return result
 
 
 # The report's own CSS: wide tables scroll inside their output instead of widening the page; text cells read left.
@@ -69,13 +96,15 @@ def export_report(executed: str | Path | None = None, target: str | Path | None 
 
 def report_main(argv: list[str] | None = None) -> None:
     """`make report`: run the grid (replaying recordings unless LIVE=1) and write outputs/report.html;
-    `python -m helpers report [grid.yaml] [--force]`."""
+    `python -m helpers report [grid.yaml] [--force] [--workers N] [--scheduler tcp://host:port]`."""
     parser = argparse.ArgumentParser(prog="python -m helpers report", description=report_main.__doc__)
     parser.add_argument("grid_file", nargs="?", default=str(DEFAULT_GRID), help="the grid YAML")
     parser.add_argument("--force", action="store_true", help="rerun finished jobs too")
+    parser.add_argument("--workers", type=int, help="jobs at once on this machine (default: its cores; 1: serial)")
+    parser.add_argument("--scheduler", help="a Dask scheduler's address: run the jobs on its workers")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = run_grid(args.grid_file, force=args.force)
+    results = run_grid(args.grid_file, force=args.force, workers=args.workers, scheduler=args.scheduler)
     for result in results:
         why = f"  ({result['reason']})" if result.get("reason") else ""
         print(f"  {result['status']:<26} {result['seconds']:>7.1f}s  {result['job']}{why}")
@@ -112,18 +141,39 @@ def rerun_reason(job: NotebookJob, folder: Path) -> str | None:
     return None
 
 
-def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
-    import papermill
-
-    output, marker = folder / f"{job.name}.ipynb", folder / f"{job.name}.done.json"
+def start_job(job: NotebookJob, folder: Path, force: bool) -> str | None:
+    """Return why a job runs now, its finished marker and read log removed (so an interruption leaves it
+    unfinished), or None when it is finished and current (`force` reruns it anyway)."""
     reason = "forced" if force else rerun_reason(job, folder)
-    if reason is None:
-        return {"job": job.name, "status": "skipped (finished earlier)", "seconds": 0.0, "reason": ""}
-    marker.unlink(missing_ok=True)
-    read_log = folder / f"{job.name}.reads.jsonl"  # the kernel notes every data file and recording it reads
-    read_log.unlink(missing_ok=True)
-    started = time.perf_counter()
-    with environment(**{READ_LOG_VARIABLE: str(read_log)}):
+    if reason is not None:
+        (folder / f"{job.name}.done.json").unlink(missing_ok=True)
+        (folder / f"{job.name}.reads.jsonl").unlink(missing_ok=True)
+    return reason
+
+
+def skipped(job: NotebookJob) -> dict:
+    """Return the result row of a job skipped because it is finished and current."""
+    return {"job": job.name, "status": "skipped (finished earlier)", "seconds": 0.0, "reason": ""}
+
+
+def finish_job(job: NotebookJob, folder: Path, seconds: float, inputs: dict) -> None:
+    """Write the job's .done.json (the marker that it finished): its fingerprint and what it read
+    (`input_record` of its read log)."""
+    done = {"fingerprint": job_fingerprint(job), "finished": now(), "seconds": seconds, "inputs": inputs}
+    atomic_write(folder / f"{job.name}.done.json", json.dumps(done, indent=1))
+
+
+# papermill changes the process's working folder and its kernel inherits the process's environment:
+# one job at a time per process (a Dask worker with several threads runs its jobs one after another).
+_ONE_JOB_AT_A_TIME = threading.Lock()
+
+
+def execute_job(job: NotebookJob, output: Path, **env: str) -> float:
+    """Return the seconds papermill took to execute a job's notebook into `output` in a batch kernel
+    that sees `env` (the read log, and for a Dask worker its scratch folders) over this process's."""
+    papermill = import_papermill()
+    with _ONE_JOB_AT_A_TIME, environment(**env):
+        started = time.perf_counter()
         papermill.execute_notebook(
             str(NOTEBOOKS / job.notebook),
             str(output),
@@ -133,7 +183,14 @@ def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
             progress_bar=False,
             kernel_manager_class=BatchKernelManager,  # no TCP warning, no stale progress bars
         )
-    seconds = round(time.perf_counter() - started, 1)
-    done = {"fingerprint": job_fingerprint(job), "finished": now(), "seconds": seconds}
-    atomic_write(marker, json.dumps({**done, "inputs": input_record(read_log)}, indent=1))
+        return round(time.perf_counter() - started, 1)
+
+
+def _run_job(job: NotebookJob, folder: Path, force: bool) -> dict:
+    reason = start_job(job, folder, force)
+    if reason is None:
+        return skipped(job)
+    read_log = folder / f"{job.name}.reads.jsonl"  # the kernel notes every data file and recording it reads
+    seconds = execute_job(job, folder / f"{job.name}.ipynb", **{READ_LOG_VARIABLE: str(read_log)})
+    finish_job(job, folder, seconds, input_record(read_log))
     return {"job": job.name, "status": "ran", "seconds": seconds, "reason": reason}

@@ -11,8 +11,10 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from workbook.settings import DATA, REPO, GridFileError
@@ -31,6 +33,7 @@ class NotebookJob:
     notebook: str
     parameters: dict
     name: str  # output stem under outputs/notebooks/
+    after_others: bool = False  # the report notebook: it reads the run tables of every other job
 
 
 def grid_jobs(grid_file: str | Path = DEFAULT_GRID) -> list[NotebookJob]:
@@ -48,7 +51,7 @@ def grid_jobs(grid_file: str | Path = DEFAULT_GRID) -> list[NotebookJob]:
             parameters["run_id"] = f"grid__{slug}"
             jobs.append(NotebookJob(grid["notebook"], parameters, f"{Path(grid['notebook']).stem}__{slug}"))
     if spec.get("report"):
-        jobs.append(NotebookJob(spec["report"], {}, Path(spec["report"]).stem))
+        jobs.append(NotebookJob(spec["report"], {}, Path(spec["report"]).stem, after_others=True))
     return jobs
 
 
@@ -153,9 +156,20 @@ def _notebook_parameters(name: Any) -> set[str] | None:
     """The names in a notebook's parameters cell, or None when the notebook cannot be inspected."""
     if not isinstance(name, str) or not (NOTEBOOKS / name).is_file():
         return None
+    return set(import_papermill().inspect_notebook(str(NOTEBOOKS / name)))
+
+
+def import_papermill() -> ModuleType:
+    """Return papermill, imported (once) without rfc3987_syntax.
+
+    nbformat's jsonschema imports rfc3987_syntax when it is installed (JupyterLab's jupyter-events brings
+    it) only to check the "iri" string format, which no notebook schema uses, and that import builds a
+    grammar: ~3 s of CPU in every process that reads a grid or runs its jobs (the report's, each Dask worker).
+    """
+    sys.modules.setdefault("rfc3987_syntax", None)  # None: jsonschema's optional import fails and is skipped
     import papermill
 
-    return set(papermill.inspect_notebook(str(NOTEBOOKS / name)))
+    return papermill
 
 
 def _line(root: Any, keys: tuple) -> int:

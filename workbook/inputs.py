@@ -18,9 +18,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from workbook.settings import REPO
-from workbook.util import shown_path
+from workbook.util import atomic_write, shown_path
 
 READ_LOG_VARIABLE = "WORKBOOK_READ_LOG"
+OUTPUTS_MARK = "<outputs>"  # a portable read log's name for the job's outputs folder
 _noted: set[tuple[str, str]] = set()  # (read log, note) already written by this process
 _lock = threading.Lock()
 
@@ -40,21 +41,51 @@ def input_record(read_log: Path) -> dict:
     "recordings": {cassette: {"keys": [[digest, occurrence], ...], "digest": ...}}}."""
     files: set[str] = set()
     keys: dict[str, set[tuple[str, int]]] = defaultdict(set)
-    lines = read_log.read_text(encoding="utf-8").splitlines() if read_log.exists() else []
-    for line in lines:
-        try:
-            note = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a killed kernel; the job reruns anyway
-        if "file" in note:
-            files.add(shown_path(note["file"]))
+    for note in _notes(read_log):
+        if "file" in note:  # a relative path is the repository's (a log made on another machine)
+            files.add(shown_path(REPO / note["file"]))
         else:
-            keys[shown_path(note["recording"])].add(tuple(note["key"]))
+            keys[shown_path(REPO / note["recording"])].add(tuple(note["key"]))
     recordings = {}
     for cassette, used in sorted(keys.items()):
         ordered = sorted(used)
         recordings[cassette] = {"keys": [list(key) for key in ordered], "digest": _recordings_digest(cassette, ordered)}
     return {"files": {path: _path_digest(path) for path in sorted(files)}, "recordings": recordings}
+
+
+def portable_read_log(read_log: Path, outputs: Path) -> str:
+    """Return a read log that another checkout of the same commit can take as its own (a Dask worker's,
+    for the client; see `local_read_log`): the repository's paths relative, those under the job's
+    `outputs` folder (a file a notebook wrote, then read) marked as such."""
+    notes = []
+    for note in _notes(read_log):
+        field = "file" if "file" in note else "recording"
+        path = Path(note[field]).resolve()
+        inside = path.is_relative_to(outputs.resolve())
+        note[field] = f"{OUTPUTS_MARK}/{path.relative_to(outputs.resolve())}" if inside else shown_path(path)
+        notes.append(json.dumps(note, sort_keys=True) + "\n")
+    return "".join(notes)
+
+
+def local_read_log(portable: str, read_log: Path, outputs: Path) -> None:
+    """Write a portable read log (see `portable_read_log`) to `read_log`, its outputs paths under `outputs`."""
+    lines = []
+    for note in map(json.loads, portable.splitlines()):
+        field = "file" if "file" in note else "recording"
+        if note[field].startswith(OUTPUTS_MARK + "/"):
+            note[field] = str(outputs.resolve() / note[field].removeprefix(OUTPUTS_MARK + "/"))
+        lines.append(json.dumps(note, sort_keys=True) + "\n")
+    atomic_write(read_log, "".join(lines))
+
+
+def _notes(read_log: Path) -> list[dict]:
+    notes = []
+    for line in read_log.read_text(encoding="utf-8").splitlines() if read_log.exists() else []:
+        try:
+            notes.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed kernel; the job reruns anyway
+    return notes
 
 
 def changed_inputs(record: dict) -> list[str]:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from typing import Any
 
@@ -36,4 +37,12 @@ class BatchKernelManager(AsyncKernelManager):
     async def start_kernel(self, **kw: Any) -> None:
         """Start the kernel with progress bars off (papermill would keep them as stale text)."""
         kw["env"] = {**(kw.get("env") or os.environ), "WORKBOOK_PROGRESS": "off"}
+        if self.transport == "ipc" and not self.connection_file:
+            # Jupyter's default socket names (kernel-ipc-1..5 in the working folder) are picked by
+            # looking for free names: kernels started at once by parallel report jobs would pick the
+            # same ones. Named after a unique connection file (a temporary one, as jupyter_client makes
+            # by default), as jupyter_client names them when a connection file is given.
+            handle, self.connection_file = tempfile.mkstemp(prefix="kernel-", suffix=".json")
+            os.close(handle)
+            self.ip = os.path.splitext(self.connection_file)[0] + "-ipc"
         await super().start_kernel(**kw)

@@ -56,6 +56,11 @@ class GridFileError(WorkbookError):
     """The report grid file is malformed; the message names file, key or line and the fix."""
 
 
+class GridRunError(WorkbookError):
+    """Report jobs failed, or a Dask scheduler or worker could not run them; the message names each
+    job or address, what went wrong and what to do."""
+
+
 class Settings(BaseSettings):
     """Workbook settings, read from the environment and an optional .env file."""
 
@@ -69,6 +74,9 @@ class Settings(BaseSettings):
     default_model: str = "local/qwen-1.5b"
     workbook_record_mode: RecordMode = "auto"
     workbook_recordings: Path = DATA / "recordings"
+    # A Dask worker records new calls here (a scratch folder read over workbook_recordings) and the
+    # client merges them into the shared cassettes: no worker writes those itself.
+    workbook_record_into: Path | None = None
     workbook_labels: Path = DATA / "labels"  # human labels, one <battery>.csv each
     workbook_model_cache: Path = Path.home() / ".cache" / "adk-eval-workbook"
     workbook_gguf: Path | None = None  # the file behind `local/custom`
@@ -76,6 +84,8 @@ class Settings(BaseSettings):
     workbook_adk_agents: Path = REPO / "agents"  # ADK agent packages: adk web reads eval sets and history there
     workbook_progress: bool = True  # progress bars; batch kernels (make report, tests) set it off
     workbook_threads: int = max(1, os.cpu_count() or 1)
+    workbook_grid_workers: int = max(1, os.cpu_count() or 1)  # report jobs run at once (1: one after another)
+    workbook_dask_scheduler: str | None = None  # tcp://host:port: run report jobs on that Dask cluster's workers
     workbook_n_ctx: int = 8192
     # Saved llama.cpp prompt states (workbook/prompt_cache.py): the folder (default: prompt-cache in the
     # model cache) and its bound; 0 saves and restores none.

@@ -49,14 +49,14 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write a text file whole or not at all (a partial file is renamed into place)."""
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Write a text (or binary) file whole or not at all (a partial file is renamed into place)."""
     handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
     partial = Path(name)  # unique: threads and processes writing the same file never share it
     os.fchmod(handle, 0o644)  # mkstemp's 0600 would make outputs private
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(handle, "wb") as out:
+            out.write(text if isinstance(text, bytes) else text.encode())
         partial.replace(path)
     finally:
         partial.unlink(missing_ok=True)
