@@ -49,10 +49,19 @@ JUDGE_FORMAT_VERSION = "v1"
 _UNKEYED_VERSION = "v1"
 
 
+# hallucinations_v1's two prompts are constrained from their first recording on, so their format is
+# keyed from the start (bump it when a hallucination grammar changes); other judges keep the version above.
+HALLUCINATION_FORMAT_VERSION = "h1"
+
+
 def format_key(request: dict) -> dict:
     """Return what the workbook's own judge format adds to a request's cassette key: {"judge_format":
     version} for a request it constrains, {} for any other request or for the unkeyed version v1."""
-    if JUDGE_FORMAT_VERSION == _UNKEYED_VERSION or "response_schema" in request["config"]:
+    if "response_schema" in request["config"]:
+        return {}
+    if judge_kind(request) == "hallucination":
+        return {"judge_format": HALLUCINATION_FORMAT_VERSION}
+    if JUDGE_FORMAT_VERSION == _UNKEYED_VERSION:
         return {}
     return {"judge_format": JUDGE_FORMAT_VERSION} if judge_output_constraint(request) else {}
 
@@ -73,7 +82,49 @@ def judge_output_constraint(request: dict) -> dict:
     if kind == "rubric" and _FINAL_RESPONSE_RUBRIC in prompt:
         properties = rubric_properties(prompt)
         return {"grammar": rubric_grammar(properties), "max_tokens": 40 + 140 * len(properties)}
+    if kind == "hallucination" and _SEGMENTER in prompt:
+        response = prompt.rsplit("**Response Begin**", 1)[1].split("**Response End**", 1)[0]
+        return {"grammar": SEGMENTER_GRAMMAR, "max_tokens": 40 + len(response) // 2}
+    if kind == "hallucination":
+        sentences = validator_sentences(prompt)
+        return {"grammar": validator_grammar(sentences), "max_tokens": 40 + 150 * len(sentences)}
     return {}
+
+
+# hallucinations_v1 asks first for the answer split into <sentence> lines (the split is the model's
+# own), then for one labelled block per sentence, which ADK reads with a regex.
+_SEGMENTER = "segment the provided response sentence by sentence"
+SEGMENTER_GRAMMAR = r"""root ::= line{1,12}
+line ::= "<sentence>" [^<\n]{1,400} "</sentence>\n"
+"""
+HALLUCINATION_LABELS = ("supported", "unsupported", "contradictory", "disputed", "not_applicable")
+
+
+def validator_sentences(prompt: str) -> list[str]:
+    """Return the sentences a hallucinations_v1 validator prompt asks about, in order."""
+    block = prompt.rsplit("**Sentences Begin**", 1)[1].split("**Sentences End**", 1)[0]
+    return re.findall(r"<sentence>(.*?)</sentence>", block, re.S)
+
+
+def validator_grammar(sentences: list[str]) -> str:
+    """Return a GBNF grammar for hallucinations_v1's validator blocks, one per sentence.
+
+    The sentence line is fixed to the prompt's own text, so ADK's parser sees every sentence once;
+    the label is one of ADK's five; rationale and excerpts are single bounded lines.
+    """
+    blocks = []
+    for index, sentence in enumerate(sentences):
+        literal = json.dumps(f"sentence: {sentence.strip()}\n", ensure_ascii=False)
+        separator = ' "\\n\\n"' if index < len(sentences) - 1 else ""
+        fields = (
+            '"label: " label "\\nrationale: " rationale "\\nsupporting_excerpt: " excerpt '
+            '"\\ncontradicting_excerpt: " excerpt'
+        )
+        blocks.append(f"b{index} ::= {literal} {fields}{separator}")
+    root = "root ::= " + " ".join(f"b{i}" for i in range(len(sentences)))
+    labels = "label ::= " + " | ".join(f'"{label}"' for label in HALLUCINATION_LABELS)
+    bounded = [labels, "rationale ::= [^\\n]{1,160}", "excerpt ::= [^\\n]{1,160}"]
+    return "\n".join([root, *blocks, *bounded])
 
 
 def rubric_properties(prompt: str) -> list[tuple[str, str]]:
@@ -122,6 +173,18 @@ def parse_judge_reply(kind: str, text: str) -> dict:
             "rationale": " | ".join(
                 f"{'yes' if v.score else 'no'}: {v.property_text} — {v.rationale}" for v in verdicts
             ),
+        }
+    if kind == "hallucination":
+        from google.adk.evaluation.hallucinations_v1 import _parse_validation_results
+
+        labels = [
+            {key: block[key] for key in ("sentence", "label", "rationale")} for block in _parse_validation_results(text)
+        ]
+        scored = [label["label"].lower() in ("supported", "not_applicable") for label in labels]
+        return {
+            "sample_score": sum(scored) / len(scored) if scored else None,  # ADK's accuracy score
+            "sentence_labels": json.dumps(labels, ensure_ascii=False),
+            "rationale": " | ".join(f"{label['label']}: {label['sentence']}" for label in labels),
         }
     return {"sample_score": None, "rationale": ""}
 
