@@ -87,7 +87,7 @@ def judge_output_constraint(request: dict) -> dict:
         return {"grammar": SEGMENTER_GRAMMAR, "max_tokens": 40 + len(response) // 2}
     if kind == "hallucination":
         sentences = validator_sentences(prompt)
-        return {"grammar": validator_grammar(sentences), "max_tokens": 40 + 150 * len(sentences)}
+        return {"grammar": validator_grammar(sentences), "max_tokens": 40 + 110 * len(sentences)}
     return {}
 
 
@@ -123,7 +123,7 @@ def validator_grammar(sentences: list[str]) -> str:
         blocks.append(f"b{index} ::= {literal} {fields}{separator}")
     root = "root ::= " + " ".join(f"b{i}" for i in range(len(sentences)))
     labels = "label ::= " + " | ".join(f'"{label}"' for label in HALLUCINATION_LABELS)
-    bounded = [labels, "rationale ::= [^\\n]{1,160}", "excerpt ::= [^\\n]{1,160}"]
+    bounded = [labels, "rationale ::= [^\\n]{1,100}", "excerpt ::= [^\\n]{1,100}"]
     return "\n".join([root, *blocks, *bounded])
 
 

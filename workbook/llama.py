@@ -80,7 +80,7 @@ async def local_generate(request: dict, seed: int) -> dict:
     choice = reply["choices"][0]
     usage = reply.get("usage", {})
     return {
-        **_reply_message(choice["message"], request),
+        **reply_message(choice["message"], request),
         "finish_reason": "MAX_TOKENS" if choice.get("finish_reason") == "length" else "STOP",
         "usage": {
             "prompt_tokens": usage.get("prompt_tokens", 0),
@@ -100,7 +100,7 @@ def _chat_body(request: dict, seed: int) -> dict:
         log.warning("local models have no thinking mode: thinking_config is ignored")
         _warned_thinking = True
     messages = [{"role": "system", "content": request["system"]}] if request["system"] else []
-    messages += _chat_messages(request["contents"])
+    messages += chat_messages(request["contents"])
     body: dict[str, Any] = {
         "messages": messages,
         "temperature": config.get("temperature", _DEFAULT_LOCAL_TEMPERATURE),
@@ -121,7 +121,7 @@ def _chat_body(request: dict, seed: int) -> dict:
     return body
 
 
-def _chat_messages(contents: list[dict]) -> list[dict]:
+def chat_messages(contents: list[dict]) -> list[dict]:
     """Return OpenAI-style chat messages for normalized turns: model tool calls become assistant
     tool_calls, tool results become `tool` messages answering them in order (ids are positional)."""
     messages: list[dict] = []
@@ -159,7 +159,7 @@ def _without_titles(value: Any) -> Any:
 _CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|```(?:json)?\s*(\{.*?\})\s*```", re.S)
 
 
-def _reply_message(message: dict, request: dict) -> dict:
+def reply_message(message: dict, request: dict) -> dict:
     """Return a chat reply as the cassettes store it: text, and tool_calls (name, args) when the model
     called a declared tool; raw_text keeps the model's own text when a call was read from it."""
     names = {declaration["name"] for declaration in request.get("tools", [])}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 if TYPE_CHECKING:
+    import pandas as pd
     from google.adk.agents import LlmAgent
     from google.adk.tools.base_tool import BaseTool
     from google.adk.tools.tool_context import ToolContext
@@ -138,3 +139,56 @@ def build_pit_wall(
         ),
         on_tool_error_callback=report_tool_error if recover_tool_errors else None,
     )
+
+
+def tool_declarations(agent: LlmAgent) -> pd.DataFrame:
+    """Return what the model is told about each of an agent's tools, as ADK declares them: name,
+    description (the docstring) and each parameter with its type and description."""
+    import pandas as pd
+    from google.adk.tools.function_tool import FunctionTool
+
+    rows = []
+    for tool in agent.tools:
+        declaration = FunctionTool(tool)._get_declaration()
+        schema = declaration.parameters_json_schema or {}
+        parameters = [
+            f"{name} ({spec.get('type')}): {spec.get('description', '(no description)')}"
+            for name, spec in schema.get("properties", {}).items()
+        ]
+        rows.append(
+            {"tool": declaration.name, "description": declaration.description, "parameters": "\n".join(parameters)}
+        )
+    return pd.DataFrame(rows)
+
+
+def response_schema_by_backend(tool: Any) -> pd.DataFrame:
+    """Return, per ADK backend variant (Gemini API, Vertex AI), whether the declaration ADK builds for a
+    typed tool carries the return type's response schema, and the fields it would describe."""
+    import pandas as pd
+    from google.adk.tools._automatic_function_calling_util import build_function_declaration
+    from google.adk.utils.variant_utils import GoogleLLMVariant
+
+    rows = []
+    for variant in GoogleLLMVariant:
+        schema = build_function_declaration(tool, variant=variant).response_json_schema
+        fields = sorted((schema or {}).get("properties", {}))
+        rows.append({"backend": variant.name, "response_schema_sent": schema is not None, "fields": ", ".join(fields)})
+    return pd.DataFrame(rows)
+
+
+def tool_error_outcomes(question: str, contract: Contract = "closed", model: str | None = None) -> pd.DataFrame:
+    """Return what happens when a tool raises a recoverable error, with and without on_tool_error_callback:
+    one row each with the run's outcome (the answer, or the exception that ended the run)."""
+    import pandas as pd
+
+    from workbook.agent import chat
+
+    rows = []
+    for recover in (False, True):
+        agent = build_pit_wall(contract, model=model, recover_tool_errors=recover)
+        try:
+            outcome = "answered: " + chat(agent, question, conversation_id=f"tool-error-{recover}").loc[0, "answer"]
+        except RaceDataError as error:
+            outcome = f"run ended: {type(error).__name__}: {error}"
+        rows.append({"on_tool_error_callback": "report_tool_error" if recover else "none", "outcome": outcome})
+    return pd.DataFrame(rows)
