@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 import workbook.models  # noqa: F401  (registers the local/... and recorded gemini-* model classes)
 from workbook.agent import read_prompt
-from workbook.race_data import Classified, InMemoryRaceData, RaceDataError, RaceDataSource
+from workbook.race_data import Classified, InMemoryRaceData, RaceDataError, RaceDataSource, RaceSummary
 from workbook.settings import DATA, settings
 
 INSTRUCTION = DATA / "prompts" / "pit_wall.md"
@@ -35,15 +35,8 @@ GrandPrix = Annotated[
 ]
 
 
-class RaceResults(BaseModel):
-    """What get_race_results returns under the gap contract."""
-
-    season: int
-    round: int
-    grand_prix: str
-    circuit: str
-    laps: int
-    results: list[Classified]
+class RaceResults(RaceSummary):
+    """What get_race_results returns under the gap contract: the classification, nothing more."""
 
 
 class FastestLap(BaseModel):

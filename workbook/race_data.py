@@ -28,8 +28,8 @@ class Classified(BaseModel):
     points: int
 
 
-class Race(BaseModel):
-    """One Grand Prix as the archive keeps it: the points scorers and who set the fastest lap."""
+class RaceSummary(BaseModel):
+    """One Grand Prix's classification: which race, and the top five."""
 
     season: int
     round: int
@@ -37,6 +37,11 @@ class Race(BaseModel):
     circuit: str
     laps: int
     results: list[Classified]
+
+
+class Race(RaceSummary):
+    """One Grand Prix as the archive keeps it: the classification and who set the fastest lap."""
+
     fastest_lap_driver: str
     fastest_lap_time: str | None = None
     fastest_lap_number: int | None = None
