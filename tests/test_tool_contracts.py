@@ -109,3 +109,38 @@ def test_notebook_06_replays_with_per_sentence_verdicts_for_both_contracts_and_a
         assert '""label"": ""' in table  # hallucinations_v1 sentence labels kept in the run table
     assert "run ended: RaceDataError" in text  # a tool error without the callback ends the run
     assert "empty expected trajectory under IN_ORDER passes any trajectory" in text
+
+
+def test_contract_runs_keep_tools_called_and_each_sentence_label(recordings, tmp_path, monkeypatch):
+    """Plumbing, with scripted models: one case per contract, the agent calls the tool, then answers;
+    the judge segments the answer and labels each sentence (gap: one unsupported)."""
+    import scripted
+    from conftest import setenv
+
+    setenv(monkeypatch, WORKBOOK_OUTPUTS=str(tmp_path))
+    call = {"tool_calls": [{"name": "get_race_results", "args": {"season": 2024, "grand_prix": "Sao Paulo"}}]}
+    answer = "Verstappen won. He scored 26 points with the fastest lap."
+    scripted.SCRIPTS["scripted/agent"] = [call, answer, call, answer]
+    segments = "<sentence>Verstappen won.</sentence>\n<sentence>He scored 26 points with the fastest lap.</sentence>\n"
+
+    def labels(second: str) -> str:
+        return "\n\n".join(
+            f"sentence: {s}\nlabel: {label}\nrationale: r\nsupporting_excerpt: null\ncontradicting_excerpt: null"
+            for s, label in (("Verstappen won.", "supported"), ("He scored 26 points with the fastest lap.", second))
+        )
+
+    reference = '{\n  "reasoning": "ok",\n  "is_the_agent_response_valid": "valid"\n}'
+    # The closed arm's reference and segmenter requests equal the gap arm's (same answer): they replay.
+    scripted.SCRIPTS["scripted/judge"] = [reference, segments, labels("unsupported"), labels("supported")]
+    runs = helpers.contract_runs(1, "scripted/agent", "scripted/judge", ["sao_paulo_winner"])
+    assert set(runs.tools_called.dropna()) == {"get_race_results"}
+    sentences = helpers.sentence_verdicts(runs)
+    assert list(sentences.label) == ["supported", "unsupported", "supported", "supported"]
+    assert list(sentences.arm) == ["gap", "gap", "closed", "closed"]
+    summary = helpers.contract_summary(runs)
+    assert summary.loc["hallucinations_v1", ("passed", "gap")] == 0
+    assert summary.loc["hallucinations_v1", ("passed", "closed")] == 1
+    assert summary.loc["tool_trajectory_avg_score", ("passed", "gap")] == 1
+    f10 = helpers.contract_finding(runs)
+    assert f10["finding"] == "F10" and f10["outcome"] == "not reproduced by this judge"  # one answer per arm
+    assert "gap: 0/1" in f10["arms"] and "closed: 1/1" in f10["arms"]

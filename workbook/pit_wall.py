@@ -170,18 +170,28 @@ def response_schema_by_backend(tool: Any) -> pd.DataFrame:
 
 
 def tool_error_outcomes(question: str, contract: Contract = "closed", model: str | None = None) -> pd.DataFrame:
-    """Return what happens when a tool raises a recoverable error, with and without on_tool_error_callback:
-    one row each with the run's outcome (the answer, or the exception that ended the run)."""
+    """Return what happens when the model calls a tool that raises a recoverable error, with and without
+    on_tool_error_callback: one row each with the tools the model called and the run's outcome (the
+    answer, or the exception that ended the run)."""
     import pandas as pd
 
     from workbook.agent import chat
+    from workbook.cassettes import call_log
 
     rows = []
     for recover in (False, True):
         agent = build_pit_wall(contract, model=model, recover_tool_errors=recover)
-        try:
-            outcome = "answered: " + chat(agent, question, conversation_id=f"tool-error-{recover}").loc[0, "answer"]
-        except RaceDataError as error:
-            outcome = f"run ended: {type(error).__name__}: {error}"
-        rows.append({"on_tool_error_callback": "report_tool_error" if recover else "none", "outcome": outcome})
+        with call_log() as calls:
+            try:
+                outcome = "answered: " + chat(agent, question, conversation_id=f"tool-error-{recover}").loc[0, "answer"]
+            except RaceDataError as error:
+                outcome = f"run ended: {type(error).__name__}: {error}"
+        called = [c["name"] for call in calls for c in call.get("tool_calls", [])]
+        rows.append(
+            {
+                "on_tool_error_callback": "report_tool_error" if recover else "none",
+                "tools_called": ", ".join(called),
+                "outcome": outcome,
+            }
+        )
     return pd.DataFrame(rows)
