@@ -207,7 +207,7 @@ def reply_kind(text: str) -> str:
 
 def placeholder_reply(request: dict, note: str) -> str:
     """Return a stand-in reply carrying `note`, in the layout ADK's parser reads for the request's judge
-    prompt (every verdict positive), or `note` itself for any other call."""
+    prompt (every verdict positive, every sentence supported), or `note` itself for any other call."""
     kind = judge_kind(request)
     if kind == "reference":
         return json.dumps({"reasoning": note, "is_the_agent_response_valid": "valid"}, indent=2)
@@ -217,4 +217,12 @@ def placeholder_reply(request: dict, note: str) -> str:
             for rubric_id, text in rubric_properties(last_prompt(request))
         ]
         return "\n".join(blocks)
+    if kind == "hallucination" and _SEGMENTER in last_prompt(request):
+        return f"<sentence>{note}</sentence>\n"
+    if kind == "hallucination":
+        return "\n\n".join(
+            f"sentence: {sentence}\nlabel: supported\nrationale: {note}\nsupporting_excerpt: {note}\n"
+            "contradicting_excerpt: null"
+            for sentence in validator_sentences(last_prompt(request))
+        )
     return note
