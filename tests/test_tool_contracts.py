@@ -15,7 +15,7 @@ from notebook_runner import outputs_text, progress_bar_remnants, run_notebook, s
 
 import helpers
 from workbook.evalfiles import CONFIGS, EVALSETS
-from workbook.judge_formats import validator_sentences
+from workbook.judge_formats import HALLUCINATION_FORMAT_VERSION, validator_sentences
 from workbook.llama import reply_message
 
 SMALL = "local/smollm2-135m"
@@ -39,7 +39,7 @@ def test_hallucination_judge_replies_are_accepted_by_adks_parser(recordings):
         scored = helpers.run_sync(HallucinationsV1Evaluator(metric).evaluate_invocations([invocation], None))
     segmenter, validator = calls
     assert segmenter["constrained"] == validator["constrained"] == "grammar"
-    assert segmenter["request"]["judge_format"] == validator["request"]["judge_format"] == "h1"
+    assert segmenter["request"]["judge_format"] == validator["request"]["judge_format"] == HALLUCINATION_FORMAT_VERSION
     asked = validator_sentences(validator["request"]["contents"][-1]["text"])
     parsed = _parse_validation_results(validator["text"])
     assert [block["sentence"] for block in parsed] == [sentence.strip() for sentence in asked] and asked

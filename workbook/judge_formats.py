@@ -51,7 +51,7 @@ _UNKEYED_VERSION = "v1"
 
 # hallucinations_v1's two prompts are constrained from their first recording on, so their format is
 # keyed from the start (bump it when a hallucination grammar changes); other judges keep the version above.
-HALLUCINATION_FORMAT_VERSION = "h1"
+HALLUCINATION_FORMAT_VERSION = "h2"  # h2: the segmenter may write at most one line per sentence
 
 
 def format_key(request: dict) -> dict:
@@ -84,7 +84,7 @@ def judge_output_constraint(request: dict) -> dict:
         return {"grammar": rubric_grammar(properties), "max_tokens": 40 + 140 * len(properties)}
     if kind == "hallucination" and _SEGMENTER in prompt:
         response = prompt.rsplit("**Response Begin**", 1)[1].split("**Response End**", 1)[0]
-        return {"grammar": SEGMENTER_GRAMMAR, "max_tokens": 40 + len(response) // 2}
+        return {"grammar": segmenter_grammar(response), "max_tokens": 40 + len(response) // 2}
     if kind == "hallucination":
         sentences = validator_sentences(prompt)
         return {"grammar": validator_grammar(sentences), "max_tokens": 40 + 110 * len(sentences)}
@@ -94,9 +94,15 @@ def judge_output_constraint(request: dict) -> dict:
 # hallucinations_v1 asks first for the answer split into <sentence> lines (the split is the model's
 # own), then for one labelled block per sentence, which ADK reads with a regex.
 _SEGMENTER = "segment the provided response sentence by sentence"
-SEGMENTER_GRAMMAR = r"""root ::= line{1,12}
-line ::= "<sentence>" [^<\n]{1,400} "</sentence>\n"
-"""
+
+
+def segmenter_grammar(response: str) -> str:
+    """Return a GBNF grammar for hallucinations_v1's segmenter: <sentence> lines, at most one per sentence
+    end or line break in the response (unbounded, a small model went on splitting into single words)."""
+    most = max(1, len(re.findall(r"[.!?:;](?=\s|$)|\n\s*\S", response.strip())))
+    return f'root ::= line{{1,{most}}}\nline ::= "<sentence>" [^<\\n]{{1,400}} "</sentence>\\n"\n'
+
+
 HALLUCINATION_LABELS = ("supported", "unsupported", "contradictory", "disputed", "not_applicable")
 
 
