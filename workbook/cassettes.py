@@ -51,14 +51,26 @@ def normalize_request(model: str, llm_request: LlmRequest) -> dict:
         "response_schema": schema,
         "thinking_budget": config.thinking_config.thinking_budget if config.thinking_config else None,
     }
+    contents = [_normalize_content(content) for content in llm_request.contents]
+    ids = _call_ids(contents)
     request = {
         "model": model,
         "system": text_of(config.system_instruction),
-        "contents": [_normalize_content(content) for content in llm_request.contents],
+        "contents": [{**turn, "text": _ADK_CALL_ID.sub(lambda m: ids[m.group(0)], turn["text"])} for turn in contents],
         "config": {key: value for key, value in generation.items() if value is not None},
     }
     tools = [_normalize_declaration(d) for tool in config.tools or [] for d in tool.function_declarations or []]
     return request | ({"tools": tools} if tools else {})  # a tool-less request keys exactly as before tools
+
+
+# ADK draws a fresh id for every function call ("adk-<uuid4>"), and hallucinations_v1 copies the calls,
+# ids included, into its judge prompt: numbered in order of appearance, the prompt keys the same every run.
+_ADK_CALL_ID = re.compile(r"adk-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _call_ids(contents: list[dict]) -> dict[str, str]:
+    found = dict.fromkeys(m.group(0) for turn in contents for m in _ADK_CALL_ID.finditer(turn["text"]))
+    return {call_id: f"adk-call-{number}" for number, call_id in enumerate(found, start=1)}
 
 
 def _normalize_content(content: types.Content) -> dict:
