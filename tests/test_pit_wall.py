@@ -156,3 +156,14 @@ def test_gemini_path_runs_a_tool_and_sends_no_response_schema(recordings, monkey
     assert set(declaration) == {"name", "description", "parameters_json_schema"}  # no response schema
     answered = stub.requests[1]["body"]["contents"][-1]["parts"][0]["functionResponse"]
     assert answered["response"]["result"]["fastest_lap"]["driver"] == "Max Verstappen"
+
+
+def test_adk_call_ids_copied_into_a_judge_prompt_key_the_same_every_run():
+    def judge_request(call_id: str) -> LlmRequest:
+        text = f'tool_calls: [{{"id": "{call_id}", "name": "get_race_results"}}]'
+        return LlmRequest(contents=[types.Content(role="user", parts=[types.Part(text=text)])])
+
+    first = normalize_request("m", judge_request("adk-0b6f1d2e-1c3a-4d5e-8f90-123456789abc"))
+    second = normalize_request("m", judge_request("adk-9a8b7c6d-5e4f-4a3b-9c2d-fedcba987654"))
+    assert request_digest(first) == request_digest(second)
+    assert '"id": "adk-call-1"' in first["contents"][0]["text"]
