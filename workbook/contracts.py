@@ -20,9 +20,7 @@ HALLUCINATIONS = "hallucinations_v1"
 PREDICTED_LOWER = "gap"  # the write-up: a gap in the tool's output invites an unsupported sentence
 
 
-def contract_runs(
-    repeats: int, agent_model: str, judge_model: str, case_ids: list[str] | None = None
-) -> pd.DataFrame:
+def contract_runs(repeats: int, agent_model: str, judge_model: str, case_ids: list[str] | None = None) -> pd.DataFrame:
     """Return the run tables of both contracts (column `arm`: gap or closed), one run each."""
     import pandas as pd
 
