@@ -52,6 +52,11 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      case by case), run_overview, version_pass_rates,
                                                      cost_by_version, scoreboard_from
                              workbook.plots          plot_version_pass_rates
+  06_tool_contracts          workbook.pit_wall       build_pit_wall, CONTRACTS, tool_declarations,
+                                                     response_schema_by_backend, tool_error_outcomes
+                             workbook.race_data      InMemoryRaceData (the race-data source)
+                             workbook.contracts      contract_runs, contract_summary, tool_trajectories,
+                                                     sentence_verdicts, contract_finding (F10)
   `make report`              workbook.grid_file      grid_jobs (the grid file, validated up front)
                              workbook.grid           run_grid, export_report, report_main
                              workbook.grid_dask      the grid's jobs as Dask tasks (local or a cluster)
@@ -97,6 +102,9 @@ from workbook.agreement import (
 from workbook.battery import load_battery, promote_to_evalset, run_battery, uncovered_failures
 from workbook.bias_probes import judged_by_each, self_preference
 from workbook.cassettes import call_log, reset_occurrences
+
+# Notebook 06: the Pit Wall agent and the tool-contract experiment.
+from workbook.contracts import contract_finding, contract_runs, contract_summary, sentence_verdicts, tool_trajectories
 from workbook.eval_views import (
     case_scores,
     defect_pairs,
@@ -146,6 +154,13 @@ from workbook.models import LocalLlm, RecordedGemini, describe_backend, supports
 
 # Notebook 04: the judge panel, agreement statistics, triage.
 from workbook.panel import judge_panel, triage_items, triage_table
+from workbook.pit_wall import (
+    CONTRACTS,
+    build_pit_wall,
+    response_schema_by_backend,
+    tool_declarations,
+    tool_error_outcomes,
+)
 from workbook.plan import format_plan, plan_main, plan_run, plan_summary
 from workbook.plots import (
     plot_case_scores,
@@ -160,6 +175,7 @@ from workbook.plots import (
 )
 
 # Notebook 05: the comparison report.
+from workbook.race_data import InMemoryRaceData
 from workbook.report_views import (
     RunDiff,
     cost_by_judge,
@@ -331,6 +347,18 @@ __all__ = [
     "version_pass_rates",
     "versions_compared",
     "plot_version_pass_rates",
+    # 06
+    "CONTRACTS",
+    "InMemoryRaceData",
+    "build_pit_wall",
+    "contract_finding",
+    "contract_runs",
+    "contract_summary",
+    "response_schema_by_backend",
+    "sentence_verdicts",
+    "tool_declarations",
+    "tool_error_outcomes",
+    "tool_trajectories",
     # make report
     "KERNEL_NAME",
     "export_report",

@@ -14,9 +14,10 @@ class GeminiStub:
     def __init__(
         self,
         reply_text: str = "Blurryface stands for Tyler Joseph's insecurities.",
-        reply_for: Callable[[int, dict], str] | None = None,
+        reply_for: Callable[[int, dict], str | dict] | None = None,
     ):
-        """`reply_for(number, body)`, when given, writes each reply (number counts requests from 0)."""
+        """`reply_for(number, body)`, when given, writes each reply (number counts requests from 0): a text,
+        or a dict that is the reply's one part (e.g. {"functionCall": {...}})."""
         self.reply_text = reply_text
         self.reply_for = reply_for
         self.requests: list[dict] = []
@@ -28,8 +29,9 @@ class GeminiStub:
                 number = len(stub.requests)
                 stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 text = stub.reply_for(number, body) if stub.reply_for else stub.reply_text
+                part = {"text": text} if isinstance(text, str) else text  # a dict: a part such as a functionCall
                 reply = {
-                    "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
+                    "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}],
                     "usageMetadata": {"promptTokenCount": 42, "candidatesTokenCount": 9, "thoughtsTokenCount": 5},
                     "modelVersion": "stub",
                 }

@@ -52,4 +52,4 @@ def test_every_problem_is_listed_at_once(tmp_path):
 
 
 def test_the_committed_grid_is_valid():
-    assert len(helpers.grid_jobs()) == 9
+    assert len(helpers.grid_jobs()) == 10

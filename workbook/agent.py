@@ -48,6 +48,11 @@ def load_prompt(version: str) -> PromptVersion:
     path = PROMPTS / f"archivist_{version}.md"
     if not re.fullmatch(r"v\d+", version) or not path.is_file():
         raise WorkbookError(f"Unknown prompt version {version!r}; data/prompts has {', '.join(prompt_versions())}")
+    return read_prompt(path, version)
+
+
+def read_prompt(path: Path, version: str = "") -> PromptVersion:
+    """Return a prompt file (a header comment, then the instruction) split into header and instruction."""
     note_read(path)
     text = path.read_text(encoding="utf-8")
     match = re.match(r"\s*<!--(.*?)-->\s*", text, flags=re.S)

@@ -51,12 +51,47 @@ def normalize_request(model: str, llm_request: LlmRequest) -> dict:
         "response_schema": schema,
         "thinking_budget": config.thinking_config.thinking_budget if config.thinking_config else None,
     }
-    return {
+    contents = [_normalize_content(content) for content in llm_request.contents]
+    ids = _call_ids(contents)
+    request = {
         "model": model,
         "system": text_of(config.system_instruction),
-        "contents": [{"role": content.role or "user", "text": text_of(content)} for content in llm_request.contents],
+        "contents": [{**turn, "text": _ADK_CALL_ID.sub(lambda m: ids[m.group(0)], turn["text"])} for turn in contents],
         "config": {key: value for key, value in generation.items() if value is not None},
     }
+    tools = [_normalize_declaration(d) for tool in config.tools or [] for d in tool.function_declarations or []]
+    return request | ({"tools": tools} if tools else {})  # a tool-less request keys exactly as before tools
+
+
+# ADK draws a fresh id for every function call ("adk-<uuid4>"), and hallucinations_v1 copies the calls,
+# ids included, into its judge prompt: numbered in order of appearance, the prompt keys the same every run.
+_ADK_CALL_ID = re.compile(r"adk-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _call_ids(contents: list[dict]) -> dict[str, str]:
+    found = dict.fromkeys(m.group(0) for turn in contents for m in _ADK_CALL_ID.finditer(turn["text"]))
+    return {call_id: f"adk-call-{number}" for number, call_id in enumerate(found, start=1)}
+
+
+def _normalize_content(content: types.Content) -> dict:
+    # Tool calls and results join the key only when present, so every text-only request (and its
+    # recording) keeps its digest. Call ids are left out: ADK makes them up anew in every run.
+    parts = content.parts or []
+    calls = [{"name": p.function_call.name, "args": p.function_call.args or {}} for p in parts if p.function_call]
+    responses = [
+        {"name": p.function_response.name, "response": p.function_response.model_dump(mode="json")["response"]}
+        for p in parts
+        if p.function_response
+    ]
+    normalized = {"role": content.role or "user", "text": text_of(content)}
+    return normalized | ({"tool_calls": calls} if calls else {}) | ({"tool_responses": responses} if responses else {})
+
+
+def _normalize_declaration(declaration: types.FunctionDeclaration) -> dict:
+    parameters = declaration.parameters_json_schema or (
+        declaration.parameters.model_dump(mode="json", exclude_none=True) if declaration.parameters else None
+    )
+    return {"name": declaration.name, "description": declaration.description or "", "parameters": parameters}
 
 
 def request_digest(request: dict) -> str:

@@ -96,10 +96,20 @@ def judge_format_version() -> str:
     return f"v2-e{current.workbook_judge_evidence_chars}-r{current.workbook_judge_rationale_chars}"
 
 
+# hallucinations_v1's two prompts are constrained from their first recording on, so their format is
+# keyed from the start (bump it when a hallucination grammar changes); other judges keep the version above.
+HALLUCINATION_FORMAT_VERSION = "h2"  # h2: the segmenter may write at most one line per sentence
+
+
 def format_key(request: dict) -> dict:
     """Return what the workbook's own judge format adds to a request's cassette key: {"judge_format":
-    version} for a request the version in force constrains differently from v1, else {} (so v1's
-    digests, and every request a new version leaves as it was, keep replaying)."""
+    version} for a hallucinations_v1 prompt (keyed from its first recording) or for a request the version in
+    force constrains differently from v1, else {} (so v1's digests, and every request a new version leaves as
+    it was, keep replaying)."""
+    if "response_schema" in request["config"]:
+        return {}
+    if judge_kind(request) == "hallucination":
+        return {"judge_format": HALLUCINATION_FORMAT_VERSION}
     version = judge_format_version()
     if version == _UNKEYED_VERSION or _constraint(request, version) == _constraint(request, _UNKEYED_VERSION):
         return {}
@@ -125,6 +135,12 @@ def _constraint(request: dict, version: str) -> dict:
     prompt = last_prompt(request)
     if kind == "rubric" and _FINAL_RESPONSE_RUBRIC in prompt:
         return _rubric_constraint(rubric_properties(prompt), version)
+    if kind == "hallucination" and _SEGMENTER in prompt:
+        response = prompt.rsplit("**Response Begin**", 1)[1].split("**Response End**", 1)[0]
+        return {"grammar": segmenter_grammar(response), "max_tokens": 40 + len(response) // 2}
+    if kind == "hallucination":
+        sentences = validator_sentences(prompt)
+        return {"grammar": validator_grammar(sentences), "max_tokens": 40 + 110 * len(sentences)}
     return {}
 
 
@@ -137,6 +153,48 @@ def _rubric_constraint(properties: list[tuple[str, str]], version: str) -> dict:
     # Room for every block even at one token per character, so a reply is never cut short of a verdict.
     per_block = 40 + _V2_PROPERTY_WORDS * 2 + evidence + rationale
     return {"grammar": rubric_grammar(short, evidence, rationale), "max_tokens": 40 + per_block * len(properties)}
+
+
+# hallucinations_v1 asks first for the answer split into <sentence> lines (the split is the model's
+# own), then for one labelled block per sentence, which ADK reads with a regex.
+_SEGMENTER = "segment the provided response sentence by sentence"
+
+
+def segmenter_grammar(response: str) -> str:
+    """Return a GBNF grammar for hallucinations_v1's segmenter: <sentence> lines, at most one per sentence
+    end or line break in the response (unbounded, a small model went on splitting into single words)."""
+    most = max(1, len(re.findall(r"[.!?:;](?=\s|$)|\n\s*\S", response.strip())))
+    return f'root ::= line{{1,{most}}}\nline ::= "<sentence>" [^<\\n]{{1,400}} "</sentence>\\n"\n'
+
+
+HALLUCINATION_LABELS = ("supported", "unsupported", "contradictory", "disputed", "not_applicable")
+
+
+def validator_sentences(prompt: str) -> list[str]:
+    """Return the sentences a hallucinations_v1 validator prompt asks about, in order."""
+    block = prompt.rsplit("**Sentences Begin**", 1)[1].split("**Sentences End**", 1)[0]
+    return re.findall(r"<sentence>(.*?)</sentence>", block, re.S)
+
+
+def validator_grammar(sentences: list[str]) -> str:
+    """Return a GBNF grammar for hallucinations_v1's validator blocks, one per sentence.
+
+    The sentence line is fixed to the prompt's own text, so ADK's parser sees every sentence once;
+    the label is one of ADK's five; rationale and excerpts are single bounded lines.
+    """
+    blocks = []
+    for index, sentence in enumerate(sentences):
+        literal = json.dumps(f"sentence: {sentence.strip()}\n", ensure_ascii=False)
+        separator = ' "\\n\\n"' if index < len(sentences) - 1 else ""
+        fields = (
+            '"label: " label "\\nrationale: " rationale "\\nsupporting_excerpt: " excerpt '
+            '"\\ncontradicting_excerpt: " excerpt'
+        )
+        blocks.append(f"b{index} ::= {literal} {fields}{separator}")
+    root = "root ::= " + " ".join(f"b{i}" for i in range(len(sentences)))
+    labels = "label ::= " + " | ".join(f'"{label}"' for label in HALLUCINATION_LABELS)
+    bounded = [labels, "rationale ::= [^\\n]{1,100}", "excerpt ::= [^\\n]{1,100}"]
+    return "\n".join([root, *blocks, *bounded])
 
 
 def rubric_properties(prompt: str) -> list[tuple[str, str]]:
@@ -190,6 +248,18 @@ def parse_judge_reply(kind: str, text: str) -> dict:
                 f"{'yes' if v.score else 'no'}: {v.property_text} — {v.rationale}" for v in verdicts
             ),
         }
+    if kind == "hallucination":
+        from google.adk.evaluation.hallucinations_v1 import _parse_validation_results
+
+        labels = [
+            {key: block[key] for key in ("sentence", "label", "rationale")} for block in _parse_validation_results(text)
+        ]
+        scored = [label["label"].lower() in ("supported", "not_applicable") for label in labels]
+        return {
+            "sample_score": sum(scored) / len(scored) if scored else None,  # ADK's accuracy score
+            "sentence_labels": json.dumps(labels, ensure_ascii=False),
+            "rationale": " | ".join(f"{label['label']}: {label['sentence']}" for label in labels),
+        }
     return {"sample_score": None, "rationale": ""}
 
 
@@ -211,7 +281,7 @@ def reply_kind(text: str) -> str:
 
 def placeholder_reply(request: dict, note: str) -> str:
     """Return a stand-in reply carrying `note`, in the layout ADK's parser reads for the request's judge
-    prompt (every verdict positive), or `note` itself for any other call."""
+    prompt (every verdict positive, every sentence supported), or `note` itself for any other call."""
     kind = judge_kind(request)
     if kind == "reference":
         return json.dumps({"reasoning": note, "is_the_agent_response_valid": "valid"}, indent=2)
@@ -221,4 +291,12 @@ def placeholder_reply(request: dict, note: str) -> str:
             for rubric_id, text in rubric_properties(last_prompt(request))
         ]
         return "\n".join(blocks)
+    if kind == "hallucination" and _SEGMENTER in last_prompt(request):
+        return f"<sentence>{note}</sentence>\n"
+    if kind == "hallucination":
+        return "\n\n".join(
+            f"sentence: {sentence}\nlabel: supported\nrationale: {note}\nsupporting_excerpt: {note}\n"
+            "contradicting_excerpt: null"
+            for sentence in validator_sentences(last_prompt(request))
+        )
     return note

@@ -70,6 +70,8 @@ async def _judge_one(service, inference, metric, repeat: int, calls: CallLog, fa
 
 
 def _rows_for_case(case_result, judge_calls: list[dict], agent_calls: list[dict], repeat: int) -> list[dict]:
+    from google.adk.evaluation.eval_case import get_all_tool_calls
+
     agent_usage = {
         "agent_prompt_tokens": sum(c["usage"]["prompt_tokens"] for c in agent_calls),
         "agent_output_tokens": sum(c["usage"]["output_tokens"] for c in agent_calls),
@@ -88,6 +90,7 @@ def _rows_for_case(case_result, judge_calls: list[dict], agent_calls: list[dict]
             "user": text_of(actual.user_content),
             "answer": text_of(actual.final_response),
             "reference": text_of(expected.final_response) if expected else "",
+            "tools_called": ",".join(call.name for call in get_all_tool_calls(actual.intermediate_data)),
             **agent_usage,
             "replayed": replayed,
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 import urllib.request
@@ -100,7 +101,7 @@ async def local_generate(request: dict, seed: int) -> dict:
     choice = reply["choices"][0]
     usage = reply.get("usage", {})
     return {
-        "text": choice["message"].get("content") or "",
+        **reply_message(choice["message"], request),
         "finish_reason": "MAX_TOKENS" if choice.get("finish_reason") == "length" else "STOP",
         "usage": {
             "prompt_tokens": usage.get("prompt_tokens", 0),
@@ -120,16 +121,15 @@ def _chat_body(request: dict, seed: int) -> dict:
         log.warning("local models have no thinking mode: thinking_config is ignored")
         _warned_thinking = True
     messages = [{"role": "system", "content": request["system"]}] if request["system"] else []
-    messages += [
-        {"role": "assistant" if turn["role"] == "model" else "user", "content": turn["text"]}
-        for turn in request["contents"]
-    ]
+    messages += chat_messages(request["contents"])
     body: dict[str, Any] = {
         "messages": messages,
         "temperature": config.get("temperature", _DEFAULT_LOCAL_TEMPERATURE),
         "seed": seed,
         "max_tokens": 512,
     }
+    if request.get("tools"):  # the GGUF's chat template renders them (Qwen2.5: a <tools> block)
+        body["tools"] = [{"type": "function", "function": _without_titles(d)} for d in request["tools"]]
     body.update(judge_output_constraint(request))  # may raise max_tokens to fit every rubric block
     for ours, theirs in (
         ("max_output_tokens", "max_tokens"),
@@ -140,6 +140,73 @@ def _chat_body(request: dict, seed: int) -> dict:
         if ours in config:
             body[theirs] = config[ours]
     return body
+
+
+def chat_messages(contents: list[dict]) -> list[dict]:
+    """Return OpenAI-style chat messages for normalized turns: model tool calls become assistant
+    tool_calls, tool results become `tool` messages answering them in order (ids are positional)."""
+    messages: list[dict] = []
+    pending: list[str] = []
+    for number, turn in enumerate(contents):
+        if turn.get("tool_calls"):
+            pending = [f"call_{number}_{index}" for index in range(len(turn["tool_calls"]))]
+            calls = [
+                {"id": ident, "type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["args"])}}
+                for ident, c in zip(pending, turn["tool_calls"], strict=True)
+            ]
+            messages.append({"role": "assistant", "content": turn["text"], "tool_calls": calls})
+        elif turn.get("tool_responses"):
+            for index, response in enumerate(turn["tool_responses"]):
+                ident = pending[index] if index < len(pending) else f"call_{number}_{index}"
+                messages.append({"role": "tool", "tool_call_id": ident, "content": json.dumps(response["response"])})
+        else:
+            messages.append({"role": "assistant" if turn["role"] == "model" else "user", "content": turn["text"]})
+    return messages
+
+
+def _without_titles(value: Any) -> Any:
+    # Pydantic titles every schema ("get_race_resultsParams"); a small model copies that title as the
+    # tool's name, so the rendered declaration leaves titles out (the recording key keeps the schema whole).
+    if isinstance(value, dict):
+        return {key: _without_titles(item) for key, item in value.items() if key != "title"}
+    if isinstance(value, list):
+        return [_without_titles(item) for item in value]
+    return value
+
+
+# Qwen2.5-Coder often writes a call as a ```json fence instead of its template's <tool_call> tags,
+# and llama.cpp's parser then leaves it as text. Either layout, holding exactly a declared tool's
+# name and arguments, is the model's own call.
+_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|```(?:json)?\s*(\{.*?\})\s*```", re.S)
+
+
+def reply_message(message: dict, request: dict) -> dict:
+    """Return a chat reply as the cassettes store it: text, and tool_calls (name, args) when the model
+    called a declared tool; raw_text keeps the model's own text when a call was read from it."""
+    names = {declaration["name"] for declaration in request.get("tools", [])}
+    text = message.get("content") or ""
+    calls = [
+        {"name": c["function"]["name"], "args": json.loads(c["function"].get("arguments") or "{}")}
+        for c in message.get("tool_calls") or []
+    ]
+    if calls:
+        return {"text": text, "tool_calls": calls}
+    calls = _calls_in_text(text, names) if names else []
+    return {"text": "", "tool_calls": calls, "raw_text": text} if calls else {"text": text}
+
+
+def _calls_in_text(text: str, names: set[str]) -> list[dict]:
+    blocks = [tagged or fenced for tagged, fenced in _CALL_BLOCK.findall(text)] or [text.strip()]
+    calls = []
+    for block in blocks:
+        try:
+            data = json.loads(block)
+        except json.JSONDecodeError:
+            return []
+        if not isinstance(data, dict) or data.get("name") not in names or not isinstance(data.get("arguments"), dict):
+            return []
+        calls.append({"name": data["name"], "args": data["arguments"]})
+    return calls
 
 
 def render_chat_via_server(model: str, system: str, turns: list[str]) -> str:

@@ -103,10 +103,16 @@ def supports_thinking(model: str) -> bool:
 
 
 def reply_to_llm_response(reply: dict) -> LlmResponse:
-    """Return the ADK LlmResponse for a cassette reply (usage and replay metadata included)."""
+    """Return the ADK LlmResponse for a cassette reply: its text, its tool calls as function-call parts,
+    usage and replay metadata."""
     usage = reply["usage"]
+    calls = [
+        types.Part(function_call=types.FunctionCall(name=c["name"], args=c["args"]))
+        for c in reply.get("tool_calls", [])
+    ]
+    text = [types.Part(text=reply["text"])] if reply["text"] or not calls else []
     return LlmResponse(
-        content=types.Content(role="model", parts=[types.Part(text=reply["text"])]),
+        content=types.Content(role="model", parts=text + calls),
         finish_reason=types.FinishReason(reply.get("finish_reason", "STOP")),
         usage_metadata=types.GenerateContentResponseUsageMetadata(
             prompt_token_count=usage["prompt_tokens"],
@@ -121,8 +127,10 @@ def reply_to_llm_response(reply: dict) -> LlmResponse:
 def _gemini_reply(response: LlmResponse | None, latency: float) -> dict:
     parts = response.content.parts if response and response.content and response.content.parts else []
     usage = response.usage_metadata if response else None
+    calls = [{"name": p.function_call.name, "args": p.function_call.args or {}} for p in parts if p.function_call]
     return {
         "text": "".join(part.text or "" for part in parts if not part.thought),
+        **({"tool_calls": calls} if calls else {}),
         "finish_reason": response.finish_reason.name if response and response.finish_reason else "STOP",
         "usage": {
             "prompt_tokens": (usage.prompt_token_count or 0) if usage else 0,

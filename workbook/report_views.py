@@ -27,11 +27,13 @@ FINDING_NOTEBOOKS = {
     "F7": "03_manual_battery",
     "F8": "02_rubric_vs_reference",
     "F9": "04_judge_disagreement",
+    "F10": "06_tool_contracts",
 }
 # Titles of the findings that have no judge experiment in data/experiments/findings.yaml.
 _OTHER_TITLES = {
     "F7": "A hand battery finds agent errors that no eval case covers",
     "F9": "One run is a sample",
+    "F10": "A tool output that does not explain its numbers invites an unsupported sentence",
 }
 # The finding whose controlled experiment stands behind each failure kind of the scoreboard.
 KIND_FINDINGS = {
@@ -47,8 +49,9 @@ _CHANGES = {(0, 1): "fixed", (1, 0): "regressed", (1, 1): "same (passes)", (0, 0
 
 
 def findings_headline(findings: pd.DataFrame) -> pd.DataFrame:
-    """Return the nine findings F1..F9, one row each: the row a notebook wrote, or, for a finding with no
-    row yet, its title, the notebook that writes it and the outcome 'no row yet' (never a NaN)."""
+    """Return the findings F1..F10 (the write-up's nine and chapter 06's tool contract), one row each: the
+    row a notebook wrote, or, for a finding with no row yet, its title, the notebook that writes it and the
+    outcome 'no row yet' (never a NaN)."""
     import pandas as pd
 
     from workbook.findings import load_findings
