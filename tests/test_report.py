@@ -227,9 +227,10 @@ def test_findings_headline_names_the_findings_with_no_row_yet():
         ]
     )  # fmt: skip
     headline = helpers.findings_headline(written)
-    assert list(headline.index) == [f"F{number}" for number in range(1, 10)]
+    assert list(headline.index) == [f"F{number}" for number in range(1, 11)]  # the nine and chapter 06's F10
     assert not headline.isna().any().any()
     assert headline.loc["F9", "outcome"] == "reproduced" and headline.loc["F3", "outcome"] == "no row yet"
     sentence = helpers.missing_findings_sentence(headline)
-    assert sentence.startswith("2 of 9 findings have a row; 1 of them reproduced")
+    assert sentence.startswith("2 of 10 findings have a row; 1 of them reproduced")
     assert "F2, F3, F4, F5, F6, F8 (notebook 02_rubric_vs_reference); F7 (notebook 03_manual_battery)" in sentence
+    assert sentence.endswith("F10 (notebook 06_tool_contracts).")

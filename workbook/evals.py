@@ -90,9 +90,7 @@ def run_eval(
         "config": [name for name, _ in parts] if isinstance(config, list) else parts[0][0],
         "config_sha256": [digest for _, digest in parts],
         "agent_model": agent.model,
-        "judge_models": sorted(
-            {str((judge_options(c) or {}).get("judge_model")) for c in (config_obj.criteria or {}).values()}
-        ),
+        "judge_models": judge_models(config_obj),
         "prompt_version": prompt_version,
         "repeats": repeats,
         **provenance(),
@@ -105,6 +103,12 @@ def run_eval(
     write_run(table, meta)
     print(summary_line(run_id, table))
     return table
+
+
+def judge_models(config: EvalConfig) -> list[str]:
+    """Return the judge models of a config's LLM-judged metrics (a trajectory or ROUGE metric has none)."""
+    options = (judge_options(criterion) or {} for criterion in (config.criteria or {}).values())
+    return sorted({str(option["judge_model"]) for option in options if option.get("judge_model")})
 
 
 def judge_frozen(
