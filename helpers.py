@@ -31,7 +31,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
   02, 03, 04 (findings)      workbook.findings       finding_experiment, sample_rationales, finding_row,
                                                      promotion_finding, noise_finding_row, arm_results,
                                                      write_findings, read_findings,
-                                                     load_frozen_answers, load_findings
+                                                     load_frozen_answers, load_findings,
+                                                     written_answers
   04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items
                              workbook.judge_stats    wilson, bootstrap_ci, cluster_bootstrap,
                                                      paired_mcnemar, stability_curve, stable_k,
@@ -41,7 +42,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      pairwise_kappa, panel_agreement, versus_truth,
                                                      pass_rates, kappa_ci
                              workbook.labels         scoreboard
-                             workbook.label_sets     labelled_answers, written_answers
+                             workbook.label_sets     labelled_answers
                              workbook.bias_probes    judged_by_each, self_preference
                              workbook.plots          plot_flip_rates, plot_kappa_heatmap,
                                                      plot_pass_rates, plot_confusion, plot_stability
@@ -130,6 +131,7 @@ from workbook.findings import (
     read_findings,
     sample_rationales,
     write_findings,
+    written_answers,
 )
 
 # `make report`: the papermill grid and the HTML report.
@@ -147,7 +149,7 @@ from workbook.judge_stats import (
     stable_k,
     wilson,
 )
-from workbook.label_sets import labelled_answers, written_answers
+from workbook.label_sets import labelled_answers
 from workbook.labels import FAILURE_KINDS, read_labels, save_label, scoreboard, with_labels
 from workbook.lint import Finding, findings_table, lint_evalset
 from workbook.models import LocalLlm, RecordedGemini, describe_backend, supports_thinking

@@ -23,6 +23,7 @@ from workbook.settings import DATA, WorkbookError, runs_dir
 from workbook.util import atomic_write, now, text_digest
 
 ANSWERS = DATA / "answers" / "frozen.yaml"
+WRITTEN = DATA / "answers" / "final_written.yaml"
 EXPERIMENTS = DATA / "experiments" / "findings.yaml"
 METRICS = {"rubric": "rubric_based_final_response_quality_v1", "reference": "final_response_match_v2"}
 ARM_FIELDS = {
@@ -62,6 +63,24 @@ def load_frozen_answers(path: Path = ANSWERS) -> pd.DataFrame:
         raise ExperimentError(f"{path}: answer ids must be unique: {sorted(table.id[table.id.duplicated()])}")
     table["digest"] = table["answer"].map(text_digest)
     return table
+
+
+def written_answers(evalset: str = "final", path: Path = WRITTEN) -> pd.DataFrame:
+    """Return the maintainers' written answers (case, user, answer) to an evalset's single-turn questions,
+    ready for judge_answers; the questions come from the evalset itself."""
+    import pandas as pd
+
+    from workbook.evalfiles import load_evalset
+
+    items = _yaml(path).get("answers") or []
+    questions = {
+        case.eval_id: case.conversation[0].user_content.parts[0].text for case in load_evalset(evalset).eval_cases
+    }
+    unknown = [item.get("case") for item in items if item.get("case") not in questions]
+    if unknown or not items:
+        raise ExperimentError(f"{path}: no answers, or cases not in evalset {evalset!r}: {unknown}")
+    frame = pd.DataFrame(items)[["case", "answer"]]
+    return frame.assign(user=frame["case"].map(questions))
 
 
 def load_findings(
@@ -158,8 +177,8 @@ def run_finding(finding_id: str, findings: dict | None = None, answers: pd.DataF
 
 def padded_answers(answers: pd.DataFrame, where: str) -> pd.Series:
     """Return each answer's padded twin (the `padded` field of frozen.yaml), refusing answers that have none."""
-    padded = answers["padded"] if "padded" in answers else answers["id"].map(lambda _: None)
-    lacking = answers["id"][padded.isna()].tolist()
+    padded = answers.get("padded")  # None when no answer in the file has a twin
+    lacking = answers["id"].tolist() if padded is None else answers["id"][padded.isna()].tolist()
     if lacking:
         raise ExperimentError(f"{ANSWERS}: {where} needs a 'padded' twin for {lacking}; add one beside 'answer'")
     return padded

@@ -3,17 +3,13 @@ and adjudication side by side."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
 
 from workbook.labels import ANSWER_KEY, read_labels
-from workbook.settings import DATA, WorkbookError
 from workbook.util import text_digest
-
-WRITTEN = DATA / "answers" / "final_written.yaml"
 
 
 def labelled_answers(table: pd.DataFrame, battery: str, judge: str, prompt_version: str, source: str) -> pd.DataFrame:
@@ -39,24 +35,3 @@ def labelled_answers(table: pd.DataFrame, battery: str, judge: str, prompt_versi
         blind=merged["verdict"].map({"pass": 1, "fail": 0}),
         adjudicated=merged["adjudicated_verdict"].map({"pass": 1, "fail": 0}),
     )[["source", "case", "answer_digest", "samples", "score", "blind", "adjudicated"]]
-
-
-def written_answers(evalset: str = "final", path: Path = WRITTEN) -> pd.DataFrame:
-    """Return the maintainers' written answers (case, user, answer) to an evalset's single-turn questions,
-    ready for judge_answers; the questions come from the evalset itself."""
-    import pandas as pd
-    import yaml
-
-    from workbook.evalfiles import load_evalset
-    from workbook.inputs import note_read
-
-    note_read(path)  # a report job reruns when the written answers change
-    items = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("answers") or []
-    questions = {
-        case.eval_id: case.conversation[0].user_content.parts[0].text for case in load_evalset(evalset).eval_cases
-    }
-    unknown = [item.get("case") for item in items if item.get("case") not in questions]
-    if unknown or not items:
-        raise WorkbookError(f"{path}: no answers, or cases not in evalset {evalset!r}: {unknown}")
-    frame = pd.DataFrame(items)[["case", "answer"]]
-    return frame.assign(user=frame["case"].map(questions))
