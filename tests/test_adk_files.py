@@ -79,6 +79,45 @@ def test_run_eval_writes_adks_eval_set_result_read_back_by_adk(recordings, tmp_p
     assert not list(in_repo)  # tests write to a temporary agents folder
 
 
+def test_a_run_of_another_agent_lands_in_that_agents_history(recordings, tmp_path, monkeypatch):
+    """Pit Wall runs belong to agents/pit_wall, where `adk web` shows them next to that agent (scripted
+    models: plumbing only)."""
+    agents = tmp_path / "agents"
+    setenv(monkeypatch, WORKBOOK_ADK_AGENTS=str(agents), WORKBOOK_OUTPUTS=str(tmp_path / "outputs"))
+    scripted.SCRIPTS["scripted/agent"] = ["Max Verstappen won and scored 26 points."]
+    helpers.run_eval(
+        helpers.build_pit_wall("closed", model="scripted/agent"),
+        "pit_wall",
+        EvalConfig(criteria={"response_match_score": 0.9}),
+        run_id="pit-wall-history",
+        case_ids=["sao_paulo_winner"],
+        show_findings=False,
+    )
+    meta = json.loads((tmp_path / "outputs" / "runs" / "pit-wall-history" / "meta.json").read_text())
+    manager = LocalEvalSetResultsManager(agents_dir=str(agents))
+    assert manager.list_eval_set_results("pit_wall") == [meta["adk_eval_set_result"]]
+    assert manager.list_eval_set_results(APP_NAME) == []
+    assert (agents / "pit_wall" / "pit_wall.evalset.json").is_symlink()  # adk web lists the evalset beside it
+
+
+def test_the_history_id_is_this_runs_file_when_another_job_writes_at_the_same_moment(recordings, tmp_path, monkeypatch):
+    """A parallel report job saving its own result between our listing and ours must not be taken for ours."""
+    save = LocalEvalSetResultsManager.save_eval_set_result
+
+    def save_beside_another_job(self, app_name, eval_set_id, eval_case_results):
+        other = [case.model_copy(update={"session_id": "another-job"}) for case in eval_case_results]
+        save(self, app_name, eval_set_id, other)
+        save(self, app_name, eval_set_id, eval_case_results)
+
+    monkeypatch.setattr(LocalEvalSetResultsManager, "save_eval_set_result", save_beside_another_job)
+    agents, table, meta = _scripted_run(tmp_path, monkeypatch)
+    result = LocalEvalSetResultsManager(agents_dir=str(agents)).get_eval_set_result(
+        APP_NAME, meta["adk_eval_set_result"]
+    )
+    assert len(LocalEvalSetResultsManager(agents_dir=str(agents)).list_eval_set_results(APP_NAME)) == 2
+    assert "another-job" not in {case.session_id for case in result.eval_case_results}
+
+
 def test_evalset_links_follow_data_evalsets_and_leave_files_alone(tmp_path):
     folder = tmp_path / APP_NAME
     folder.mkdir()

@@ -71,8 +71,10 @@ def link_evalsets(agents_dir: str | Path | None = None, app_name: str = APP_NAME
     return links
 
 
-def save_eval_history(collected: CollectedResults, eval_set_id: str, agents_dir: str | Path | None = None) -> str:
-    """Return the id of the EvalSetResult written to ADK's eval history for one run ('' if nothing to write).
+def save_eval_history(
+    collected: CollectedResults, eval_set_id: str, agents_dir: str | Path | None = None, app_name: str = APP_NAME
+) -> str:
+    """Return the id of the EvalSetResult written to the app's eval history for one run ('' if nothing to write).
 
     ADK's LocalEvalSetResultsManager writes it, so `adk web` and ADK's readers take it as their own.
     The workbook judges one metric at a time; ADK's file has one case result per inference, so the
@@ -83,12 +85,19 @@ def save_eval_history(collected: CollectedResults, eval_set_id: str, agents_dir:
     if not collected.case_results:
         return ""
     folder = Path(agents_dir or adk_agents_dir())
-    link_evalsets(folder)
+    link_evalsets(folder, app_name)
     manager = LocalEvalSetResultsManager(agents_dir=str(folder))
-    before = set(manager.list_eval_set_results(APP_NAME))
-    manager.save_eval_set_result(APP_NAME, eval_set_id, merge_case_results(collected.case_results))
-    written = sorted(set(manager.list_eval_set_results(APP_NAME)) - before)
-    return written[-1] if written else ""
+    before = set(manager.list_eval_set_results(app_name))
+    merged = merge_case_results(collected.case_results)
+    manager.save_eval_set_result(app_name, eval_set_id, merged)
+    # ADK does not return the id; parallel report jobs may write beside us, so ours is the new file
+    # holding our sessions (each inference has its own session id).
+    sessions = {result.session_id for result in merged}
+    for written in sorted(set(manager.list_eval_set_results(app_name)) - before):
+        result = manager.get_eval_set_result(app_name, written)
+        if {case.session_id for case in result.eval_case_results} == sessions:
+            return written
+    return ""
 
 
 def merge_case_results(results: list[EvalCaseResult]) -> list[EvalCaseResult]:

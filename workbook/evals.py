@@ -52,7 +52,7 @@ def run_eval(
     One row per (repeat, case, invocation, metric, judge, sample), with every judge sample's raw
     reply and parsed verdict (ADK itself keeps only the winning sample). Writes the table and a
     meta.json under outputs/runs/<run_id>/, prints a one-line summary, and writes ADK's own EvalSetResult
-    into the agent's eval history (agents/lore_archivist/.adk/eval_history), where `adk web` lists it.
+    into the agent's eval history (agents/<agent name>/.adk/eval_history), where `adk web` lists it.
 
     Lint errors stop the run before any model call (on_lint_error="warn" runs anyway); warnings
     are shown. The run is one replay scope: calling it twice replays the same recordings. A failed
@@ -98,7 +98,7 @@ def run_eval(
         **run_counts(table),
         "started": started,
         "ended": now(),
-        "adk_eval_set_result": save_eval_history(adk_results, evalset_obj.eval_set_id),
+        "adk_eval_set_result": save_eval_history(adk_results, evalset_obj.eval_set_id, app_name=agent.name),
     }
     write_run(table, meta)
     print(summary_line(run_id, table))
