@@ -15,11 +15,14 @@ class GeminiStub:
         self,
         reply_text: str = "Blurryface stands for Tyler Joseph's insecurities.",
         reply_for: Callable[[int, dict], str | dict] | None = None,
+        logprobs: dict | None = None,
     ):
         """`reply_for(number, body)`, when given, writes each reply (number counts requests from 0): a text,
-        or a dict that is the reply's one part (e.g. {"functionCall": {...}})."""
+        or a dict that is the reply's one part (e.g. {"functionCall": {...}}). `logprobs`, when given, is
+        the candidate's logprobsResult (the API's JSON) in every reply."""
         self.reply_text = reply_text
         self.reply_for = reply_for
+        self.logprobs = logprobs
         self.requests: list[dict] = []
         stub = self
 
@@ -30,8 +33,11 @@ class GeminiStub:
                 stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 text = stub.reply_for(number, body) if stub.reply_for else stub.reply_text
                 part = {"text": text} if isinstance(text, str) else text  # a dict: a part such as a functionCall
+                candidate = {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}
+                if stub.logprobs:
+                    candidate["logprobsResult"] = stub.logprobs
                 reply = {
-                    "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}],
+                    "candidates": [candidate],
                     "usageMetadata": {"promptTokenCount": 42, "candidatesTokenCount": 9, "thoughtsTokenCount": 5},
                     "modelVersion": "stub",
                 }

@@ -1,6 +1,7 @@
 """The model layer: registry, local llama.cpp generation, record/replay, the Gemini path."""
 
 import json
+import math
 import multiprocessing
 import os
 import subprocess
@@ -25,8 +26,9 @@ from google.genai import types
 
 import helpers
 from workbook.cassettes import CassetteStore, call_log, cassettes, normalize_request, request_digest
-from workbook.judge_formats import judge_kind, judge_output_constraint, judge_preamble, last_prompt
+from workbook.judge_formats import judge_kind, judge_output_constraint, judge_preamble, last_prompt, verdict_probability
 from workbook.llama import render_chat_via_server
+from workbook.models import reply_to_llm_response
 from workbook.weights import LOCAL_MODELS, LocalModelSpec, local_model_path
 
 SMALL = "local/smollm2-135m"
@@ -231,6 +233,30 @@ def test_gemini_path_through_google_genai_against_a_loopback_stub(recordings, mo
     assert "gemini-2.5-flash" in written and secret not in written
 
 
+def test_gemini_logprobs_are_asked_for_recorded_and_replayed(recordings, monkeypatch):
+    """The Gemini path of P(yes): the judge config's logprobs settings reach the API, and the candidate's
+    logprobsResult is kept in the same layout as llama.cpp's and given back on replay (stub: plumbing)."""
+    reply = '{"reasoning": "ok", "is_the_agent_response_valid": "valid"}'
+    chosen = [{"token": reply[:-8], "logProbability": -0.2}, {"token": 'valid"}', "logProbability": -0.3}]
+    top = [{"candidates": [chosen[0]]}, {"candidates": [chosen[1], {"token": 'invalid"}', "logProbability": -1.5}]}]
+    stub = GeminiStub(reply_text=reply, logprobs={"chosenCandidates": chosen, "topCandidates": top})
+    setenv(monkeypatch, GOOGLE_API_KEY="AIzaTEST-key", GEMINI_BASE_URL=stub.url)
+    request = _request("Judge this answer.", temperature=0, response_logprobs=True, logprobs=2)
+    try:
+        live = helpers.run_sync(_generate("gemini-2.5-pro", request))
+    finally:
+        stub.close()
+    generation = stub.requests[0]["body"]["generationConfig"]
+    assert generation["responseLogprobs"] is True and generation["logprobs"] == 2
+    set_mode(monkeypatch, "replay")
+    replayed = helpers.run_sync(_generate("gemini-2.5-pro", request))
+    assert replayed.custom_metadata["replayed"] is True
+    for response in (live, replayed):
+        assert [c.token for c in response.logprobs_result.chosen_candidates] == [reply[:-8], 'valid"}']
+    stored = json.loads(next(recordings.glob("gemini*.jsonl")).read_text().splitlines()[0])["reply"]
+    assert verdict_probability(reply, stored["logprobs"]) == pytest.approx(1 / (1 + math.exp(-1.2)))
+
+
 def test_gemini_without_credentials_fails_early_with_the_fix(recordings, monkeypatch):
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     setenv(monkeypatch, GEMINI_BASE_URL="http://127.0.0.1:9")
@@ -261,6 +287,53 @@ def test_reference_judge_reply_is_accepted_by_adks_parser(recordings):
     reply = calls[-1]
     assert reply["constrained"] == "grammar"
     assert json.loads(reply["text"])["is_the_agent_response_valid"] in ("valid", "invalid")
+
+
+def test_reference_judge_with_logprobs_gives_p_yes_that_replays(recordings, monkeypatch):
+    """Live on the smallest model: log-probabilities on in the judge's config reach llama.cpp, the reply keeps
+    them, P(yes) agrees with the label the grammar let the model choose, and strict replay gives them back."""
+    config = types.GenerateContentConfig(temperature=0, response_logprobs=True, logprobs=5)
+    options = JudgeModelOptions(judge_model=SMALL, num_samples=1, judge_model_config=config)
+    metric = EvalMetric(
+        metric_name="final_response_match_v2",
+        criterion=LlmAsAJudgeCriterion(threshold=0.5, judge_model_options=options),
+    )
+    actual = _invocation("What colour is Trench?", "Trench is yellow.")
+    expected = _invocation("What colour is Trench?", "Yellow.")
+
+    def judge_once() -> dict:
+        with call_log() as calls:
+            helpers.run_sync(FinalResponseMatchV2Evaluator(metric).evaluate_invocations([actual], [expected]))
+        return calls[-1]
+
+    live = judge_once()
+    assert live["request"]["config"] == {"temperature": 0.0, "response_logprobs": True, "logprobs": 5}
+    logprobs = live["logprobs"]
+    assert "".join(token for token, _ in logprobs["chosen"]) == live["text"]
+    assert len(logprobs["top"]) == len(logprobs["chosen"]) and all(len(top) == 5 for top in logprobs["top"])
+    p_yes = verdict_probability(live["text"], logprobs)
+    label = json.loads(live["text"])["is_the_agent_response_valid"]
+    assert 0.0 <= p_yes <= 1.0 and (p_yes >= 0.5) == (label == "valid")  # greedy picks the likelier label
+    set_mode(monkeypatch, "replay")
+    replayed = judge_once()
+    assert replayed["replayed"] is True and replayed["logprobs"] == logprobs
+    response = reply_to_llm_response(replayed)
+    assert [c.token for c in response.logprobs_result.chosen_candidates] == [t for t, _ in logprobs["chosen"]]
+
+
+def test_p_yes_reads_the_label_token_from_the_end_and_renormalizes_over_both_labels():
+    """Hand-made log-probabilities (no model): the label starts inside a token, a multi-byte character earlier
+    in the reasoning is split over two tokens, and an alternative that is neither label does not count."""
+    text = '{"reasoning": "São", "is_the_agent_response_valid": "invalid"}'
+    tokens = ['{"reasoning": "S', "\ufffd", "\ufffd", 'o", ', '"is_the_agent_response_valid": ', '"in', "valid", '"}']
+    assert len("".join(tokens)) == len(text) + 1  # offsets counted from the start would be off by one
+    at_label = [['"in', math.log(0.3)], ['"valid', math.log(0.1)], ['"v', math.log(0.1)], ["x", math.log(0.5)]]
+    logprobs = {"chosen": [[token, -0.1] for token in tokens], "top": [[] for _ in tokens]}
+    logprobs["chosen"][5], logprobs["top"][5] = ['"in', math.log(0.3)], at_label
+    assert verdict_probability(text, logprobs) == pytest.approx(0.2 / 0.5)
+    assert verdict_probability('{"reasoning": "no label"}', logprobs) is None
+    logprobs["chosen"][5], logprobs["top"][5] = ['"xy', math.log(0.5)], [["x", math.log(0.5)]]
+    assert verdict_probability(text, logprobs) is None  # neither label among the alternatives
 
 
 @pytest.mark.parametrize("judge_format", ["v1", "v2"])

@@ -50,6 +50,8 @@ def normalize_request(model: str, llm_request: LlmRequest) -> dict:
         "response_mime_type": config.response_mime_type,
         "response_schema": schema,
         "thinking_budget": config.thinking_config.thinking_budget if config.thinking_config else None,
+        "response_logprobs": config.response_logprobs,
+        "logprobs": config.logprobs,
     }
     contents = [_normalize_content(content) for content in llm_request.contents]
     ids = _call_ids(contents)

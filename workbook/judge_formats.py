@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import string
 
@@ -261,6 +262,40 @@ def parse_judge_reply(kind: str, text: str) -> dict:
             "rationale": " | ".join(f"{label['label']}: {label['sentence']}" for label in labels),
         }
     return {"sample_score": None, "rationale": ""}
+
+
+_REFERENCE_LABEL = re.compile(r'"is_the_agent_response_valid"\s*:\s*"')
+
+
+def verdict_probability(text: str, logprobs: dict) -> float | None:
+    """Return P(valid) of a reference judge reply: at the token where its label starts, the probability
+    of the tokens that begin "valid" over those that begin "valid" or "invalid" (llama.cpp's
+    probabilities come before the grammar, so they are renormalized over the two labels). None when the
+    reply has no label or neither label is among the recorded alternatives there."""
+    label = _REFERENCE_LABEL.search(text)
+    if not label:
+        return None
+    # Walk back from the end: the label and what follows it are ASCII, while a token earlier in the
+    # reasoning may hold part of a multi-byte character, which would shift offsets counted from the start.
+    after = len(text) - label.end()  # characters from the label's first one to the end
+    seen = 0
+    for chosen, alternatives in zip(reversed(logprobs["chosen"]), reversed(logprobs["top"]), strict=True):
+        seen += len(chosen[0])
+        if seen >= after:
+            prefix = chosen[0][: seen - after]  # the part of this token before the label
+            return _label_share(prefix, dict([*alternatives, chosen]))
+    return None
+
+
+def _label_share(prefix: str, candidates: dict[str, float]) -> float | None:
+    weights = {"valid": 0.0, "invalid": 0.0}
+    for token, logprob in candidates.items():
+        rest = token[len(prefix) :] if token.startswith(prefix) else ""
+        for name in weights:
+            if rest and (name.startswith(rest) or rest.startswith(name + '"')):
+                weights[name] += math.exp(logprob)
+    total = weights["valid"] + weights["invalid"]
+    return weights["valid"] / total if total else None
 
 
 def call_kind(request: dict) -> str:

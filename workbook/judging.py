@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 from workbook.cassettes import CallLog, tag_calls
 from workbook.evalfiles import METRIC_KINDS
 from workbook.failures import error_rows, mark_judge_errors
-from workbook.judge_formats import judge_kind, last_prompt, parse_judge_reply, rubric_properties
+from workbook.judge_formats import judge_kind, last_prompt, parse_judge_reply, rubric_properties, verdict_probability
 from workbook.util import first_line, progress, text_of
 
 
@@ -120,6 +120,8 @@ def _sample_fields(kind: str, call: dict, threshold: float | None) -> dict:
         **parse_judge_reply(kind, call["text"]),
         "sample_verdict": "unparsed",
     }
+    if kind == "reference" and call.get("logprobs"):  # judged with response_logprobs on
+        fields["p_yes"] = verdict_probability(call["text"], call["logprobs"])
     if kind == "rubric":  # what the judge was shown, since ADK can drop a rubric without a word
         fields["rubrics_seen"] = ",".join(rubric_id for rubric_id, _ in rubric_properties(last_prompt(call["request"])))
     if fields["sample_score"] is not None:

@@ -111,6 +111,21 @@ async def local_generate(request: dict, seed: int) -> dict:
         },
         "latency_s": round(latency, 3),
         "constrained": next((key for key in ("grammar", "json_schema") if key in body), None),
+        **_token_logprobs(choice),
+    }
+
+
+def _token_logprobs(choice: dict) -> dict:
+    # llama.cpp reports each token's log-probability before sampling (so before the grammar), with the
+    # most likely alternatives; stored in Gemini's LogprobsResult layout (workbook.models maps both).
+    tokens = (choice.get("logprobs") or {}).get("content")
+    if not tokens:
+        return {}
+    return {
+        "logprobs": {
+            "chosen": [[token["token"], round(token["logprob"], 4)] for token in tokens],
+            "top": [[[top["token"], round(top["logprob"], 4)] for top in token["top_logprobs"]] for token in tokens],
+        }
     }
 
 
@@ -128,6 +143,8 @@ def _chat_body(request: dict, seed: int) -> dict:
         "seed": seed,
         "max_tokens": 512,
     }
+    if config.get("response_logprobs"):
+        body["logprobs"], body["top_logprobs"] = True, config.get("logprobs") or 5
     if request.get("tools"):  # the GGUF's chat template renders them (Qwen2.5: a <tools> block)
         body["tools"] = [{"type": "function", "function": _without_titles(d)} for d in request["tools"]]
     body.update(judge_output_constraint(request))  # may raise max_tokens to fit every rubric block

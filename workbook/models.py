@@ -121,7 +121,33 @@ def reply_to_llm_response(reply: dict) -> LlmResponse:
             total_token_count=usage["prompt_tokens"] + usage["output_tokens"] + usage.get("thinking_tokens", 0),
         ),
         custom_metadata={key: reply.get(key) for key in ("replayed", "latency_s", "seed", "digest", "occurrence")},
+        logprobs_result=_logprobs_result(reply["logprobs"]) if reply.get("logprobs") else None,
     )
+
+
+def _logprobs_result(logprobs: dict) -> types.LogprobsResult:
+    def candidate(pair: list) -> types.LogprobsResultCandidate:
+        return types.LogprobsResultCandidate(token=pair[0], log_probability=pair[1])
+
+    return types.LogprobsResult(
+        chosen_candidates=[candidate(pair) for pair in logprobs["chosen"]],
+        top_candidates=[
+            types.LogprobsResultTopCandidates(candidates=[candidate(p) for p in top]) for top in logprobs["top"]
+        ],
+    )
+
+
+def _reply_logprobs(result: types.LogprobsResult | None) -> dict:
+    if not result or not result.chosen_candidates:
+        return {}
+    return {
+        "logprobs": {
+            "chosen": [[c.token, c.log_probability] for c in result.chosen_candidates],
+            "top": [
+                [[c.token, c.log_probability] for c in top.candidates or []] for top in result.top_candidates or []
+            ],
+        }
+    }
 
 
 def _gemini_reply(response: LlmResponse | None, latency: float) -> dict:
@@ -139,6 +165,7 @@ def _gemini_reply(response: LlmResponse | None, latency: float) -> dict:
             "cached_prompt_tokens": (usage.cached_content_token_count or 0) if usage else 0,
         },
         "latency_s": round(latency, 3),
+        **_reply_logprobs(response.logprobs_result if response else None),
     }
 
 
