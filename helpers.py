@@ -33,7 +33,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      write_findings, read_findings,
                                                      load_frozen_answers, load_findings,
                                                      written_answers
-  04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items
+  04_judge_disagreement      workbook.panel          judge_panel, triage_table, triage_items,
+                                                     verdict_probabilities (P(yes) from log-probabilities)
                              workbook.judge_stats    wilson, bootstrap_ci, cluster_bootstrap,
                                                      paired_mcnemar, stability_curve, stable_k,
                                                      samples_for_stability, noise_split,
@@ -45,7 +46,8 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.label_sets     labelled_answers
                              workbook.bias_probes    judged_by_each, self_preference
                              workbook.plots          plot_flip_rates, plot_kappa_heatmap,
-                                                     plot_pass_rates, plot_confusion, plot_stability
+                                                     plot_pass_rates, plot_confusion, plot_stability,
+                                                     plot_scores_by_label
   05_comparison_report       workbook.report_views   findings_headline, missing_findings_sentence,
                                                      grid_runs, versions_compared, judges_compared,
                                                      cost_by_judge, sample_design, panel_stability,
@@ -155,7 +157,7 @@ from workbook.lint import Finding, findings_table, lint_evalset
 from workbook.models import LocalLlm, RecordedGemini, describe_backend, supports_thinking
 
 # Notebook 04: the judge panel, agreement statistics, triage.
-from workbook.panel import judge_panel, triage_items, triage_table
+from workbook.panel import judge_panel, triage_items, triage_table, verdict_probabilities
 from workbook.pit_wall import (
     CONTRACTS,
     build_pit_wall,
@@ -171,6 +173,7 @@ from workbook.plots import (
     plot_flip_rates,
     plot_kappa_heatmap,
     plot_pass_rates,
+    plot_scores_by_label,
     plot_stability,
     plot_tokens,
     plot_version_pass_rates,
@@ -315,6 +318,7 @@ __all__ = [
     "judge_panel",
     "triage_items",
     "triage_table",
+    "verdict_probabilities",
     "case_verdicts",
     "judged_by_each",
     "self_preference",
@@ -329,6 +333,7 @@ __all__ = [
     "labelled_answers",
     "written_answers",
     "plot_confusion",
+    "plot_scores_by_label",
     "plot_flip_rates",
     "plot_kappa_heatmap",
     "plot_pass_rates",

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from conftest import REPO, set_mode, setenv
 from gemini_stub import GeminiStub
@@ -29,6 +30,7 @@ from workbook.cassettes import CassetteStore, call_log, cassettes, normalize_req
 from workbook.judge_formats import judge_kind, judge_output_constraint, judge_preamble, last_prompt, verdict_probability
 from workbook.llama import render_chat_via_server
 from workbook.models import reply_to_llm_response
+from workbook.util import text_digest
 from workbook.weights import LOCAL_MODELS, LocalModelSpec, local_model_path
 
 SMALL = "local/smollm2-135m"
@@ -407,3 +409,22 @@ def test_judge_prompts_are_recognised_in_one_place():
     assert "grammar" in judge_output_constraint(request(final))
     assert judge_output_constraint(request(tool_use)) == {}
     assert judge_kind(request("Who is Nico?")) == "other" and judge_output_constraint(request("hi")) == {}
+
+
+def test_verdict_probabilities_judges_each_selected_answer_once(recordings):
+    """Live on the smallest model: one temperature-0 call per distinct (case, answer) that `only` keeps,
+    each row with a P(yes) in [0, 1]; an answer repeated in the input is judged once."""
+    answers = pd.DataFrame(
+        {
+            "case": ["trench", "trench", "trench", "bishops"],
+            "user": ["What colour is Trench?"] * 3 + ["How many bishops rule Dema?"],
+            "answer": ["Trench is yellow.", "Trench is yellow.", "Trench is blue.", "Nine bishops."],
+            "reference": ["Yellow."] * 3 + ["Nine."],
+        }
+    )
+    only = pd.DataFrame({"case": ["trench", "trench"], "answer_digest": [text_digest("Trench is yellow."), "other"]})
+    with call_log() as calls:
+        scores = helpers.verdict_probabilities(answers, SMALL, run_id="p-yes-test", only=only)
+    assert len(calls) == 1 and calls[0]["request"]["config"]["response_logprobs"] is True
+    assert scores[["case", "answer_digest"]].values.tolist() == [["trench", text_digest("Trench is yellow.")]]
+    assert 0.0 <= scores.p_yes.iloc[0] <= 1.0

@@ -270,8 +270,9 @@ _REFERENCE_LABEL = re.compile(r'"is_the_agent_response_valid"\s*:\s*"')
 def verdict_probability(text: str, logprobs: dict) -> float | None:
     """Return P(valid) of a reference judge reply: at the token where its label starts, the probability
     of the tokens that begin "valid" over those that begin "valid" or "invalid" (llama.cpp's
-    probabilities come before the grammar, so they are renormalized over the two labels). None when the
-    reply has no label or neither label is among the recorded alternatives there."""
+    probabilities come before the grammar, so they are renormalized over the two labels). Only the
+    recorded alternatives count: when one label is missing from them, its probability was below the last
+    one's and P is 0 or 1. None when the reply has no label or neither label is among them."""
     label = _REFERENCE_LABEL.search(text)
     if not label:
         return None

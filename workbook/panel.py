@@ -95,6 +95,39 @@ def judge_panel(
     return panel
 
 
+def verdict_probabilities(
+    answers: pd.DataFrame,
+    judge: str,
+    run_id: str,
+    evalset: str | EvalSet | None = None,
+    only: pd.DataFrame | None = None,
+    top_tokens: int = 5,
+) -> pd.DataFrame:
+    """Return P(yes) per frozen answer (columns case, answer_digest, p_yes): the reference judge's
+    probability of "valid" at its verdict token, from one temperature-0 call with log-probabilities on.
+
+    A continuous score that a threshold can be calibrated on, where a handful of sampled verdicts give
+    only a few steps. Local models report llama.cpp's log-probabilities; Gemini its logprobs_result.
+    `evalset` None: one made from the answers' case, user and reference columns. `only` (columns case
+    and answer_digest, e.g. a label set) limits the calls to those answers.
+    """
+    from google.adk.evaluation.eval_config import EvalConfig
+
+    from workbook.evals import judge_answers
+
+    judged_once = {"temperature": 0, "response_logprobs": True, "logprobs": top_tokens}
+    options = {"judge_model": judge, "num_samples": 1, "judge_model_config": judged_once}
+    config = EvalConfig(criteria={"final_response_match_v2": {"threshold": 0.5, "judge_model_options": options}})
+    unique = answers.assign(answer_digest=answers["answer"].map(text_digest)).drop_duplicates(["case", "answer_digest"])
+    if only is not None:
+        unique = unique.merge(only[["case", "answer_digest"]].drop_duplicates(), on=["case", "answer_digest"])
+    table = judge_answers(unique, evalset or answers_evalset(unique), config, run_id=run_id)
+    table = table.assign(answer_digest=table["answer"].map(text_digest))
+    if "p_yes" not in table:  # a judge that returned no log-probabilities
+        table["p_yes"] = float("nan")
+    return table[["case", "answer_digest", "p_yes"]].reset_index(drop=True)
+
+
 _TRIAGE_FIXED = ("case", "answer", "reference", "human", "designated judge's rationale")
 
 

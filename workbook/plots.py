@@ -150,6 +150,27 @@ def plot_confusion(verdicts: pd.DataFrame, truth: pd.Series) -> Figure:
     return figure
 
 
+def plot_scores_by_label(scores: pd.DataFrame, labels: pd.Series) -> Figure:
+    """Return one strip per score column (e.g. share of yes samples, P(yes)), answers split by their
+    label: a score that tracks the labels puts the passes above the fails (notebook 04)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure, axes = plt.subplots(1, len(scores.columns), figsize=(3.6 * len(scores.columns), 3.4), squeeze=False)
+    jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(labels))  # fixed seed: the same picture every run
+    for axis, column in zip(axes[0], scores.columns, strict=True):
+        for value, color in ((0, "#c0392b"), (1, "#2e86c1")):
+            chosen = (labels == value).to_numpy()
+            axis.scatter(value + jitter[chosen], scores[column][chosen], s=18, alpha=0.7, color=color)
+        axis.set_xticks([0, 1], ["labelled fail", "labelled pass"])
+        axis.set_ylim(-0.05, 1.05)
+        axis.axhline(0.5, color="grey", linewidth=0.8, linestyle="--")
+        axis.set_title(column, fontsize=10)
+    figure.suptitle("Judge scores of each labelled answer, by its blind label")
+    figure.tight_layout()
+    return figure
+
+
 def plot_version_pass_rates(rates: pd.DataFrame) -> Figure:
     """Return pass rate per prompt version, one bar group per judge, with 95% intervals (notebook 05)."""
     import matplotlib.pyplot as plt

@@ -19,7 +19,7 @@ RUN_COLUMNS = [
     "score", "status", "threshold", "rubric_verdicts", "rationale", "raw_reply", "user", "answer", "reference",
     "agent_model", "prompt_version", "agent_prompt_tokens", "agent_output_tokens", "agent_thinking_tokens",
     "agent_latency_s", "judge_prompt_tokens", "judge_output_tokens", "judge_latency_s", "replayed", "rubrics_seen",
-    "tools_called", "sentence_labels",
+    "tools_called", "sentence_labels", "p_yes",
 ]  # fmt: skip
 
 
