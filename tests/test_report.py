@@ -77,6 +77,8 @@ def test_notebook_04_panel_size_heatmap_and_scoreboard(report):
     assert "The set meets the bar of at least 40 answers with at least 30% passes" in text  # blind labels
     assert "graded the very same 30 answers: **yes**" in text and "difference in differences" in text
     assert re.search(r"\*\*verbosity (reproduced|not reproduced by this judge)\*\*", text)  # computed verdict
+    assert re.search(r"P\(yes\) for \*\*(\d+) of \1\*\* labelled answers", text)  # every labelled answer scored
+    assert "local/qwen-1.5b, P(yes)" in text  # its calibration rows, held-out
 
 
 def test_executed_notebooks_and_the_report_carry_no_warnings_or_stale_progress_bars(report):
