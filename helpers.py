@@ -59,7 +59,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      response_schema_by_backend, tool_error_outcomes
                              workbook.race_data      InMemoryRaceData (the race-data source)
                              workbook.contracts      contract_runs, contract_summary, tool_trajectories,
-                                                     sentence_verdicts, contract_finding (F10)
+                                                     sentence_verdicts, unjudged_text, contract_finding (F10)
   `make report`              workbook.grid_file      grid_jobs (the grid file, validated up front)
                              workbook.grid           run_grid, export_report, report_main
                              workbook.grid_dask      the grid's jobs as Dask tasks (local or a cluster)
@@ -107,7 +107,14 @@ from workbook.bias_probes import judged_by_each, self_preference
 from workbook.cassettes import call_log, reset_occurrences
 
 # Notebook 06: the Pit Wall agent and the tool-contract experiment.
-from workbook.contracts import contract_finding, contract_runs, contract_summary, sentence_verdicts, tool_trajectories
+from workbook.contracts import (
+    contract_finding,
+    contract_runs,
+    contract_summary,
+    sentence_verdicts,
+    tool_trajectories,
+    unjudged_text,
+)
 from workbook.eval_views import (
     case_scores,
     defect_pairs,
@@ -366,6 +373,7 @@ __all__ = [
     "tool_declarations",
     "tool_error_outcomes",
     "tool_trajectories",
+    "unjudged_text",
     # make report
     "KERNEL_NAME",
     "export_report",

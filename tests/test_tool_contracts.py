@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 
+import pandas as pd
 import pytest
 from conftest import REPO
 from google.adk.evaluation.eval_case import IntermediateData, Invocation
@@ -15,7 +16,13 @@ from notebook_runner import outputs_text, progress_bar_remnants, run_notebook, s
 
 import helpers
 from workbook.evalfiles import CONFIGS, EVALSETS
-from workbook.judge_formats import HALLUCINATION_FORMAT_VERSION, validator_sentences
+from workbook.judge_formats import (
+    SEGMENTER_FORMAT_VERSION,
+    VALIDATOR_FORMAT_VERSION,
+    judge_output_constraint,
+    last_prompt,
+    validator_sentences,
+)
 from workbook.llama import reply_message
 
 SMALL = "local/smollm2-135m"
@@ -39,11 +46,44 @@ def test_hallucination_judge_replies_are_accepted_by_adks_parser(recordings):
         scored = helpers.run_sync(HallucinationsV1Evaluator(metric).evaluate_invocations([invocation], None))
     segmenter, validator = calls
     assert segmenter["constrained"] == validator["constrained"] == "grammar"
-    assert segmenter["request"]["judge_format"] == validator["request"]["judge_format"] == HALLUCINATION_FORMAT_VERSION
+    assert segmenter["request"]["judge_format"] == SEGMENTER_FORMAT_VERSION
+    assert validator["request"]["judge_format"] == VALIDATOR_FORMAT_VERSION
     asked = validator_sentences(validator["request"]["contents"][-1]["text"])
     parsed = _parse_validation_results(validator["text"])
     assert [block["sentence"] for block in parsed] == [sentence.strip() for sentence in asked] and asked
     assert scored.overall_score is not None and 0.0 <= scored.overall_score <= 1.0
+
+
+def test_the_validator_budget_fits_a_long_sentence_it_must_copy(recordings):
+    """The validator's token budget grows with the sentences it must copy (under h2 a qwen-1.5b reply on this
+    sentence was cut at its budget and left unparsed); a real small model's reply on it ends on its own and
+    ADK parses the block."""
+    sentence = (
+        "The winner of the 2024 São Paulo Grand Prix scored 26 points because they finished in the top 10, and "
+        "from 2019 to 2024, the driver who finished in the top 10 scored one extra point when finishing in the "
+        "top 10 (so a win with the fastest lap is 26)."
+    )
+    metric = EvalMetric(
+        metric_name="hallucinations_v1",
+        criterion=HallucinationsCriterion(threshold=1.0, judge_model_options=JudgeModelOptions(judge_model=SMALL)),
+    )
+    call = types.FunctionCall(name="get_race_results", args={"season": 2024, "grand_prix": "Sao Paulo"})
+    result = types.FunctionResponse(name="get_race_results", response={"winner": "Max Verstappen", "points": 26})
+    invocation = Invocation(
+        user_content=types.Content(role="user", parts=[types.Part(text="Why 26 points?")]),
+        final_response=types.Content(role="model", parts=[types.Part(text=sentence)]),
+        intermediate_data=IntermediateData(tool_uses=[call], tool_responses=[result]),
+    )
+    with helpers.call_log() as calls:
+        helpers.run_sync(HallucinationsV1Evaluator(metric).evaluate_invocations([invocation], None))
+    validator = calls[-1]
+    assert validator["finish_reason"] == "STOP"
+    short = json.loads(json.dumps(validator["request"], ensure_ascii=False).replace(sentence, "Verstappen won."))
+    extra = judge_output_constraint(validator["request"])["max_tokens"] - judge_output_constraint(short)["max_tokens"]
+    assert extra >= (len(sentence) - len("Verstappen won.")) // 2
+    assert len(_parse_validation_results(validator["text"])) == len(
+        validator_sentences(last_prompt(validator["request"]))
+    )
 
 
 def _recorded_tool_calls() -> list[dict]:
@@ -105,8 +145,10 @@ def test_notebook_06_replays_with_per_sentence_verdicts_for_both_contracts_and_a
     findings = (outputs / "runs" / "nb06-findings" / "findings.csv").read_text()
     assert findings.startswith("finding,") and "\nF10," in findings
     for contract in ("gap", "closed"):
-        table = (outputs / "runs" / f"pit_wall-{contract}" / "table.csv").read_text()
-        assert '""label"": ""' in table  # hallucinations_v1 sentence labels kept in the run table
+        path = outputs / "runs" / f"pit_wall-{contract}" / "table.csv"
+        assert '""label"": ""' in path.read_text()  # hallucinations_v1 sentence labels kept in the run table
+        answers = pd.read_csv(path)
+        assert answers.case.nunique() == 4 and answers.repeat.nunique() == 3  # every question, three repeats
     assert "run ended: RaceDataError" in text  # a tool error without the callback ends the run
     assert "empty expected trajectory under IN_ORDER passes any trajectory" in text
 
@@ -144,3 +186,23 @@ def test_contract_runs_keep_tools_called_and_each_sentence_label(recordings, tmp
     f10 = helpers.contract_finding(runs)
     assert f10["finding"] == "F10" and f10["outcome"] == "not reproduced by this judge"  # one answer per arm
     assert "gap: 0/1" in f10["arms"] and "closed: 1/1" in f10["arms"]
+
+
+def test_unjudged_text_is_what_no_segmented_sentence_holds():
+    """Hand-made run rows: a clause cut at a comma, a sentence re-punctuated but whole, and one fully judged."""
+    answers = {
+        "cut": ("Norris won, and he also got the point for the fastest lap.", ["Norris won,"]),
+        "repunctuated": ("Verstappen scored 26 points, with 25 for the win.", ["Verstappen scored 26 points."]),
+        "whole": ("Verstappen won. He scored 26.5 points.", ["Verstappen won.", "He scored 26.5 points."]),
+    }
+    rows = [
+        {"arm": "gap", "case": case, "repeat": 0, "metric": "hallucinations_v1", "score": 1.0, "answer": answer}
+        | {"sentence_labels": json.dumps([{"sentence": s, "label": "supported"} for s in sentences])}
+        for case, (answer, sentences) in answers.items()
+    ]
+    unjudged = helpers.unjudged_text(pd.DataFrame(rows)).set_index("case").unjudged
+    assert unjudged.to_dict() == {
+        "cut": "and he also got the point for the fastest lap",
+        "repunctuated": "with 25 for the win",
+        "whole": "",
+    }

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+import difflib
 import json
+import re
 
 from workbook.evals import run_eval
 from workbook.findings import arm_results, describe_arms, verdict
@@ -69,6 +71,36 @@ def sentence_verdicts(runs: pd.DataFrame) -> pd.DataFrame:
         for number, label in enumerate(json.loads(row.sentence_labels), start=1):
             rows.append({"arm": row.arm, "case": row.case, "repeat": row.repeat, "sentence_no": number, **label})
     return pd.DataFrame(rows, columns=["arm", "case", "repeat", "sentence_no", "sentence", "label", "rationale"])
+
+
+def unjudged_text(runs: pd.DataFrame) -> pd.DataFrame:
+    """Return, per hallucinations_v1 answer, the answer text that none of its segmented sentences holds.
+
+    ADK scores only the sentences its segmenter wrote out, so words the segmenter dropped are never judged
+    (e.g. the clause of a sentence cut at a comma). Columns arm, case, repeat, score (ADK's), answer and
+    unjudged ("" when every word was judged)."""
+    import pandas as pd
+
+    rows = []
+    judged = runs[(runs["metric"] == HALLUCINATIONS) & runs["sentence_labels"].notna()]
+    for row in judged.drop_duplicates(["arm", "case", "repeat"]).itertuples():
+        segmented = " ".join(label["sentence"] for label in json.loads(row.sentence_labels))
+        unjudged = _words_missing(str(row.answer), segmented)
+        rows.append(
+            {"arm": row.arm, "case": row.case, "repeat": row.repeat, "score": row.score, "answer": row.answer}
+            | {"unjudged": unjudged}
+        )
+    return pd.DataFrame(rows, columns=["arm", "case", "repeat", "score", "answer", "unjudged"])
+
+
+def _words_missing(answer: str, segmented: str) -> str:
+    # Word by word, since a segmenter may also re-punctuate what it keeps ("Prix, with ..." -> "Prix.").
+    words, kept = _WORD.findall(answer), _WORD.findall(segmented)
+    matcher = difflib.SequenceMatcher(a=words, b=kept, autojunk=False)
+    return " ".join(" ".join(words[i1:i2]) for op, i1, i2, _, _ in matcher.get_opcodes() if op in ("delete", "replace"))
+
+
+_WORD = re.compile(r"[\w'’-]+(?:[.,]\d+)*")
 
 
 def tool_trajectories(runs: pd.DataFrame) -> pd.DataFrame:

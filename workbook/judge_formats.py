@@ -99,7 +99,10 @@ def judge_format_version() -> str:
 
 # hallucinations_v1's two prompts are constrained from their first recording on, so their format is
 # keyed from the start (bump it when a hallucination grammar changes); other judges keep the version above.
-HALLUCINATION_FORMAT_VERSION = "h2"  # h2: the segmenter may write at most one line per sentence
+# Bump the one whose grammar or token budget changes. h2: the segmenter may write at most one line per
+# sentence. h3: the validator's budget counts the sentence lines it must copy, not only its own fields
+# (under h2 a long sentence left too few tokens, and the cut reply was unparsed).
+SEGMENTER_FORMAT_VERSION, VALIDATOR_FORMAT_VERSION = "h2", "h3"
 
 
 def format_key(request: dict) -> dict:
@@ -110,7 +113,8 @@ def format_key(request: dict) -> dict:
     if "response_schema" in request["config"]:
         return {}
     if judge_kind(request) == "hallucination":
-        return {"judge_format": HALLUCINATION_FORMAT_VERSION}
+        segmenter = _SEGMENTER in last_prompt(request)
+        return {"judge_format": SEGMENTER_FORMAT_VERSION if segmenter else VALIDATOR_FORMAT_VERSION}
     version = judge_format_version()
     if version == _UNKEYED_VERSION or _constraint(request, version) == _constraint(request, _UNKEYED_VERSION):
         return {}
@@ -141,7 +145,8 @@ def _constraint(request: dict, version: str) -> dict:
         return {"grammar": segmenter_grammar(response), "max_tokens": 40 + len(response) // 2}
     if kind == "hallucination":
         sentences = validator_sentences(prompt)
-        return {"grammar": validator_grammar(sentences), "max_tokens": 40 + 110 * len(sentences)}
+        copied = sum(len(sentence) for sentence in sentences) // 2  # the fixed sentence lines, generously
+        return {"grammar": validator_grammar(sentences), "max_tokens": 40 + 110 * len(sentences) + copied}
     return {}
 
 

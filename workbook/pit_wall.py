@@ -88,7 +88,7 @@ class ClosedRaceTools(RaceTools):
         points a driver scored. Points: 25, 18, 15, 12, 10, 8, 6, 4, 2, 1 for positions 1 to 10;
         fastest_lap names the driver with the race's fastest lap, and from 2019 to 2024 that driver
         scored one extra point when finishing in the top 10 (so a win with the fastest lap is 26).
-        fastest_lap.lap and fastest_lap.time are omitted when the archive has no timing."""
+        fastest_lap.lap and fastest_lap.time are null when the archive has no timing."""
         race = self._source.race(season, grand_prix)
         fastest = FastestLap(driver=race.fastest_lap_driver, lap=race.fastest_lap_number, time=race.fastest_lap_time)
         base = super().get_race_results(season, grand_prix)
