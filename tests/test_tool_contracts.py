@@ -29,29 +29,36 @@ SMALL = "local/smollm2-135m"
 CASSETTE = REPO / "data" / "recordings" / "local_qwen-1.5b.jsonl"
 
 
-def test_hallucination_judge_replies_are_accepted_by_adks_parser(recordings):
-    """A real small model judges: its replies are constrained to ADK's layout (labels are its own)."""
+def _judge_hallucinations(user: str, answer: str, grand_prix: str) -> tuple[list[dict], float | None]:
+    """Return (the judge calls, ADK's score) of smollm2 judging one answer given after one race-results call."""
     metric = EvalMetric(
         metric_name="hallucinations_v1",
         criterion=HallucinationsCriterion(threshold=1.0, judge_model_options=JudgeModelOptions(judge_model=SMALL)),
     )
-    call = types.FunctionCall(name="get_race_results", args={"season": 2024, "grand_prix": "Bahrain"})
+    call = types.FunctionCall(name="get_race_results", args={"season": 2024, "grand_prix": grand_prix})
     result = types.FunctionResponse(name="get_race_results", response={"winner": "Max Verstappen", "points": 26})
     invocation = Invocation(
-        user_content=types.Content(role="user", parts=[types.Part(text="Who won in Bahrain?")]),
-        final_response=types.Content(role="model", parts=[types.Part(text="Max Verstappen won. He scored 26 points.")]),
+        user_content=types.Content(role="user", parts=[types.Part(text=user)]),
+        final_response=types.Content(role="model", parts=[types.Part(text=answer)]),
         intermediate_data=IntermediateData(tool_uses=[call], tool_responses=[result]),
     )
     with helpers.call_log() as calls:
         scored = helpers.run_sync(HallucinationsV1Evaluator(metric).evaluate_invocations([invocation], None))
-    segmenter, validator = calls
+    return list(calls), scored.overall_score
+
+
+def test_hallucination_judge_replies_are_accepted_by_adks_parser(recordings):
+    """A real small model judges: its replies are constrained to ADK's layout (labels are its own)."""
+    (segmenter, validator), score = _judge_hallucinations(
+        "Who won in Bahrain?", "Max Verstappen won. He scored 26 points.", "Bahrain"
+    )
     assert segmenter["constrained"] == validator["constrained"] == "grammar"
     assert segmenter["request"]["judge_format"] == SEGMENTER_FORMAT_VERSION
     assert validator["request"]["judge_format"] == VALIDATOR_FORMAT_VERSION
     asked = validator_sentences(validator["request"]["contents"][-1]["text"])
     parsed = _parse_validation_results(validator["text"])
     assert [block["sentence"] for block in parsed] == [sentence.strip() for sentence in asked] and asked
-    assert scored.overall_score is not None and 0.0 <= scored.overall_score <= 1.0
+    assert score is not None and 0.0 <= score <= 1.0
 
 
 def test_the_validator_budget_fits_a_long_sentence_it_must_copy(recordings):
@@ -63,27 +70,13 @@ def test_the_validator_budget_fits_a_long_sentence_it_must_copy(recordings):
         "from 2019 to 2024, the driver who finished in the top 10 scored one extra point when finishing in the "
         "top 10 (so a win with the fastest lap is 26)."
     )
-    metric = EvalMetric(
-        metric_name="hallucinations_v1",
-        criterion=HallucinationsCriterion(threshold=1.0, judge_model_options=JudgeModelOptions(judge_model=SMALL)),
-    )
-    call = types.FunctionCall(name="get_race_results", args={"season": 2024, "grand_prix": "Sao Paulo"})
-    result = types.FunctionResponse(name="get_race_results", response={"winner": "Max Verstappen", "points": 26})
-    invocation = Invocation(
-        user_content=types.Content(role="user", parts=[types.Part(text="Why 26 points?")]),
-        final_response=types.Content(role="model", parts=[types.Part(text=sentence)]),
-        intermediate_data=IntermediateData(tool_uses=[call], tool_responses=[result]),
-    )
-    with helpers.call_log() as calls:
-        helpers.run_sync(HallucinationsV1Evaluator(metric).evaluate_invocations([invocation], None))
-    validator = calls[-1]
+    validator = _judge_hallucinations("Why 26 points?", sentence, "Sao Paulo")[0][-1]
     assert validator["finish_reason"] == "STOP"
     short = json.loads(json.dumps(validator["request"], ensure_ascii=False).replace(sentence, "Verstappen won."))
     extra = judge_output_constraint(validator["request"])["max_tokens"] - judge_output_constraint(short)["max_tokens"]
     assert extra >= (len(sentence) - len("Verstappen won.")) // 2
-    assert len(_parse_validation_results(validator["text"])) == len(
-        validator_sentences(last_prompt(validator["request"]))
-    )
+    asked = validator_sentences(last_prompt(validator["request"]))
+    assert len(_parse_validation_results(validator["text"])) == len(asked)
 
 
 def _recorded_tool_calls() -> list[dict]:
