@@ -165,8 +165,9 @@ def test_contract_runs_keep_tools_called_and_each_sentence_label(recordings, tmp
         )
 
     reference = '{\n  "reasoning": "ok",\n  "is_the_agent_response_valid": "valid"\n}'
-    # The closed arm's reference and segmenter requests equal the gap arm's (same answer): they replay.
-    scripted.SCRIPTS["scripted/judge"] = [reference, segments, labels("unsupported"), labels("supported")]
+    # The reference metric samples 3 times (pit_wall_contract.json); the closed arm's reference and segmenter
+    # requests equal the gap arm's (same answer): they replay.
+    scripted.SCRIPTS["scripted/judge"] = [reference] * 3 + [segments, labels("unsupported"), labels("supported")]
     runs = helpers.contract_runs(1, "scripted/agent", "scripted/judge", ["sao_paulo_winner"])
     assert set(runs.tools_called.dropna()) == {"get_race_results"}
     sentences = helpers.sentence_verdicts(runs)
