@@ -123,9 +123,7 @@ def verdict_probabilities(
         unique = unique.merge(only[["case", "answer_digest"]].drop_duplicates(), on=["case", "answer_digest"])
     table = judge_answers(unique, evalset or answers_evalset(unique), config, run_id=run_id)
     table = table.assign(answer_digest=table["answer"].map(text_digest))
-    if "p_yes" not in table:  # a judge that returned no log-probabilities
-        table["p_yes"] = float("nan")
-    return table[["case", "answer_digest", "p_yes"]].reset_index(drop=True)
+    return table[["case", "answer_digest", "p_yes"]].reset_index(drop=True)  # NaN where no log-probabilities came
 
 
 _TRIAGE_FIXED = ("case", "answer", "reference", "human", "designated judge's rationale")
