@@ -97,11 +97,10 @@ def judge_format_version() -> str:
     return f"v2-e{current.workbook_judge_evidence_chars}-r{current.workbook_judge_rationale_chars}"
 
 
-# hallucinations_v1's two prompts are constrained from their first recording on, so their format is
-# keyed from the start (bump it when a hallucination grammar changes); other judges keep the version above.
-# Bump the one whose grammar or token budget changes. h2: the segmenter may write at most one line per
-# sentence. h3: the validator's budget counts the sentence lines it must copy, not only its own fields
-# (under h2 a long sentence left too few tokens, and the cut reply was unparsed).
+# hallucinations_v1's two prompts are constrained from their first recording on, so each one's format is
+# keyed from the start; other judges keep the version above. Bump the one whose grammar or token budget
+# changes. h2: the segmenter may write at most one line per sentence. h3: the validator's budget counts the
+# sentence lines it must copy, not only its own fields (under h2 a long sentence's reply was cut, unparsed).
 SEGMENTER_FORMAT_VERSION, VALIDATOR_FORMAT_VERSION = "h2", "h3"
 
 
