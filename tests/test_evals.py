@@ -222,6 +222,17 @@ def test_run_table_keeps_every_sample_and_statuses(recordings, tmp_path, monkeyp
     assert (meta["errors"], meta["not_evaluated"], meta["unparsed_samples"]) == (0, 0, 2)
 
 
+def test_judge_samples_overrides_the_configs_num_samples(recordings, tmp_path, monkeypatch):
+    """Plumbing, with scripted models: the config asks for 1 sample, the run for 5 (the report grid's knob)."""
+    evalset, config = _scripted_eval_files(tmp_path, monkeypatch, samples=1)
+    scripted.SCRIPTS["scripted/agent"] = ["Nico leads the bishops."]
+    scripted.SCRIPTS["scripted/judge"] = [_judge_reply(verdict) for verdict in (True, False, False, True, False)]
+    agent = helpers.build_archivist("v1", model="scripted/agent")
+    table = helpers.run_eval(agent, evalset, config, run_id="t5", show_findings=False, judge_samples=5)
+    assert sorted(table["sample"]) == [0, 1, 2, 3, 4]
+    assert sorted(table.sample_verdict) == ["fail"] * 3 + ["pass"] * 2 and set(table.status) == {"FAILED"}
+
+
 def test_unparseable_judge_reply_makes_the_case_not_evaluated(recordings, tmp_path, monkeypatch):
     evalset, config = _scripted_eval_files(tmp_path, monkeypatch, samples=1)
     scripted.SCRIPTS["scripted/agent"] = ["Nico leads the bishops."]

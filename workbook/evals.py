@@ -44,13 +44,15 @@ def run_eval(
     show_findings: bool = True,
     case_ids: list[str] | None = None,
     judge_model: str | None = None,
+    judge_samples: int | None = None,
     on_error: OnError = "raise",
     on_lint_error: Literal["stop", "warn"] = "stop",
 ) -> pd.DataFrame:
     """Return the tidy run table of an ADK eval: agent inference `repeats` times, every metric judged.
 
     One row per (repeat, case, invocation, metric, judge, sample), with every judge sample's raw
-    reply and parsed verdict (ADK itself keeps only the winning sample). Writes the table and a
+    reply and parsed verdict (ADK itself keeps only the winning sample). `judge_model` and
+    `judge_samples` replace every LLM-judged metric's judge and num_samples (None keeps the config's). Writes the table and a
     meta.json under outputs/runs/<run_id>/, prints a one-line summary, and writes ADK's own EvalSetResult
     into the agent's eval history (agents/<agent name>/.adk/eval_history), where `adk web` lists it.
 
@@ -59,7 +61,7 @@ def run_eval(
     answer, judge call or replay miss raises IncompleteRunError naming each case and metric;
     on_error="keep" keeps those results as rows with status ERROR, with a warning.
     """
-    evalset_obj, config_obj = load_evalset(evalset), with_judge(config, judge_model)
+    evalset_obj, config_obj = load_evalset(evalset), with_judge(config, judge_model, judge_samples)
     findings = lint_evalset(evalset_obj, config_obj, agent_model=agent.model)
     if show_findings and findings:
         show(
