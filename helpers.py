@@ -50,7 +50,7 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                                                      plot_scores_by_label
   05_comparison_report       workbook.report_views   findings_headline, missing_findings_sentence,
                                                      grid_runs, versions_compared, judges_compared,
-                                                     cost_by_judge, sample_design, panel_stability,
+                                                     cost_by_judge, sample_design, judge_stability,
                                                      run_diff (RunDiff: any two runs of one evalset,
                                                      case by case), run_overview, version_pass_rates,
                                                      cost_by_version, scoreboard_from
@@ -194,9 +194,9 @@ from workbook.report_views import (
     cost_by_version,
     findings_headline,
     grid_runs,
+    judge_stability,
     judges_compared,
     missing_findings_sentence,
-    panel_stability,
     run_diff,
     run_overview,
     sample_design,
@@ -353,7 +353,7 @@ __all__ = [
     "grid_runs",
     "judges_compared",
     "missing_findings_sentence",
-    "panel_stability",
+    "judge_stability",
     "run_diff",
     "run_overview",
     "sample_design",

@@ -155,3 +155,20 @@ def test_vectorized_kappa_and_balanced_accuracy_match_scikit_learn():
     rows = rng.integers(0, 2, (4, 25)), rng.integers(0, 2, (4, 25))
     assert cohen_kappa(*rows) == pytest.approx([cohen_kappa_score(a, b) for a, b in zip(*rows, strict=True)])
     assert cohen_kappa([1, 1], [1, 1]) == 1.0 and balanced_accuracy([1, 1], [1, 0]) == 0.5
+
+
+def test_judge_stability_tells_answers_apart_by_the_columns_named():
+    """A grid judges one case under two prompt versions: two answers, each unanimous, not one coin flip."""
+    rows = [
+        {"judge": "j", "case": "c", "prompt_version": version, "invocation": 0, "repeat": 0, "sample": sample}
+        | {"sample_score": float(version == "v1"), "score": None, "threshold": 0.5}
+        for version in ("v1", "v4")
+        for sample in range(6)
+    ]
+    rouge = {"judge": "rouge", "case": "c", "prompt_version": "v1", "invocation": 0, "repeat": 0, "sample": 0}
+    table = pd.DataFrame([*rows, rouge | {"sample_score": None, "score": 0.1, "threshold": 0.5}])
+    by_answer = helpers.judge_stability(table, answer=("prompt_version", "case", "invocation"))
+    assert by_answer.judge.tolist() == ["j"]  # ROUGE has no samples to vote
+    assert by_answer.loc[0, "cases"] == 2 and by_answer.loc[0, "k_for_95"] == 1
+    pooled = helpers.judge_stability(table).set_index("judge").loc["j"]
+    assert pooled.cases == 1 and np.isnan(pooled.k_for_95)  # one case, half pass: no stable majority

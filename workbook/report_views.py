@@ -290,11 +290,14 @@ def sample_design(table: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def panel_stability(panel: pd.DataFrame) -> pd.DataFrame:
-    """Return one row per LLM judge of a panel run (judge as a column): the samples a majority vote needs to
-    be 95% stable within the samples recorded per answer (judge_stats.samples_for_stability), and how stable
-    ADK's default of 5 samples is."""
-    samples = sample_verdicts(panel[panel["judge"] != "rouge"])
+def judge_stability(table: pd.DataFrame, answer: tuple[str, ...] = ("case",)) -> pd.DataFrame:
+    """Return one row per LLM judge (judge as a column): the samples a majority vote needs to be 95% stable
+    within the samples recorded per answer (judge_stats.samples_for_stability), and how stable ADK's
+    default of 5 samples is. `answer` names the columns that tell answers apart: a panel's repeats re-judge
+    one frozen answer per case; a grid's answers differ by prompt version and invocation too."""
+    extra = tuple(column for column in answer if column != "case")  # sample_verdicts keeps case itself
+    samples = sample_verdicts(table[table["judge"] != "rouge"], keep=extra)
+    samples["case"] = samples[list(answer)].astype(str).agg("/".join, axis=1)
     return samples_for_stability(stability_curve(samples)).reset_index()
 
 
