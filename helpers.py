@@ -38,7 +38,10 @@ Every name below is re-exported from the `workbook` package, one concern per mod
                              workbook.judge_stats    wilson, bootstrap_ci, cluster_bootstrap,
                                                      paired_mcnemar, stability_curve, stable_k,
                                                      samples_for_stability, noise_split,
-                                                     judge_health, calibrate_cv
+                                                     judge_health, calibrate_cv, fit_threshold
+                             workbook.calibrated_findings  threshold_readings, threshold_sentences,
+                                                     threshold_summary
+                                                     (can a calibrated threshold show a finding?)
                              workbook.agreement      sample_verdicts, case_verdicts, flip_rates,
                                                      pairwise_kappa, panel_agreement, versus_truth,
                                                      pass_rates, kappa_ci
@@ -104,6 +107,7 @@ from workbook.agreement import (
 # Notebook 03: the battery, labels, the labelling widget.
 from workbook.battery import load_battery, promote_to_evalset, run_battery, uncovered_failures
 from workbook.bias_probes import judged_by_each, self_preference
+from workbook.calibrated_findings import threshold_readings, threshold_sentences, threshold_summary
 from workbook.cassettes import call_log, reset_occurrences
 
 # Notebook 06: the Pit Wall agent and the tool-contract experiment.
@@ -150,6 +154,7 @@ from workbook.judge_stats import (
     bootstrap_ci,
     calibrate_cv,
     cluster_bootstrap,
+    fit_threshold,
     judge_health,
     noise_split,
     paired_mcnemar,
@@ -293,6 +298,10 @@ __all__ = [
     "bootstrap_ci",
     "calibrate_cv",
     "cluster_bootstrap",
+    "fit_threshold",
+    "threshold_readings",
+    "threshold_sentences",
+    "threshold_summary",
     "judge_health",
     "noise_split",
     "paired_mcnemar",

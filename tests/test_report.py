@@ -79,6 +79,8 @@ def test_notebook_04_panel_size_heatmap_and_scoreboard(report):
     assert re.search(r"\*\*verbosity (reproduced|not reproduced by this judge)\*\*", text)  # computed verdict
     assert re.search(r"P\(yes\) for \*\*(\d+) of \1\*\* labelled answers", text)  # every labelled answer scored
     assert "local/qwen-1.5b, P(yes)" in text  # its calibration rows, held-out
+    reading = r"\*\*F3\*\* \(over_demanding blurryface_right [\d.]+; fitting blurryface_right [\d.]+\): (no threshold|ADK's majority)"
+    assert re.search(reading, text) and "A threshold moves verdicts, not samples." in text  # calibration vs findings
 
 
 def test_executed_notebooks_and_the_report_carry_no_warnings_or_stale_progress_bars(report):

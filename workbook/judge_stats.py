@@ -251,9 +251,7 @@ def calibrate_cv(scores: pd.Series, labels: pd.Series, folds: int = 5, seed: int
     raw = (s > 0.5).astype(int)
     tuned, thresholds = np.zeros_like(y), []
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(s, y):
-        candidates = np.unique(np.concatenate([[0.0], s[train], [1.0]]))
-        accuracy = balanced_accuracy(y[train], s[train] >= candidates[:, None])
-        best = float(candidates[int(np.argmax(accuracy))])  # ties: the lowest threshold that reaches the best
+        best = _best_threshold(s[train], y[train])
         thresholds.append(best)
         tuned[test] = (s[test] >= best).astype(int)
     result: dict[str, Any] = {"cases": len(data), "passes": int(y.sum()), "folds": folds, "thresholds": thresholds}
@@ -262,6 +260,20 @@ def calibrate_cv(scores: pd.Series, labels: pd.Series, folds: int = 5, seed: int
             estimate, low, high = bootstrap_ci((y, predicted), function, vectorized=True)
             result[f"{metric}_{name}"], result[f"{metric}_{name}_ci"] = estimate, (low, high)
     return result
+
+
+def fit_threshold(scores: pd.Series, labels: pd.Series) -> float:
+    """Return the pass threshold (pass when score >= it) with the best balanced accuracy against the labels
+    (1 = pass) on every labelled case: the threshold a calibrated judge would use from now on. Its accuracy
+    must come from calibrate_cv's held-out folds, never from the cases it was fitted on."""
+    data = pd.concat([scores.rename("score"), labels.rename("label")], axis=1).dropna()
+    return _best_threshold(data.score.to_numpy(dtype=float), data.label.astype(int).to_numpy())
+
+
+def _best_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
+    candidates = np.unique(np.concatenate([[0.0], scores, [1.0]]))
+    accuracy = balanced_accuracy(labels, scores >= candidates[:, None])
+    return float(candidates[int(np.argmax(accuracy))])  # ties: the lowest threshold that reaches the best
 
 
 def balanced_accuracy(truth: Any, predicted: Any, axis: int = -1) -> Any:
