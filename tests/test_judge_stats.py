@@ -71,13 +71,14 @@ def test_stability_curve_stops_at_the_recorded_samples_and_finds_k_for_95():
     mean = curve.groupby("k").agreement.mean()
     assert summary.k_for_95 == helpers.stable_k(mean) and (mean[mean.index >= summary.k_for_95] >= 0.95).all()
     assert summary.cases_stable_at_5 == 1.0 and summary.samples_per_case == 6  # shaky at 5: 0.965
+    assert summary.cases_stable_at_n == 0.5  # shaky at 6: 0.938, since a 3-3 tie fails
     assert (curve.agreement + curve.disagreement).eq(1).all()
 
 
 def test_stability_says_none_when_95_is_not_reached_within_the_samples():
     samples = pd.DataFrame({"judge": "coin", "case": "c", "passed": [1, 0, 1, 0, 1, 0]})
     summary = helpers.samples_for_stability(helpers.stability_curve(samples)).loc["coin"]
-    assert np.isnan(summary.k_for_95)
+    assert np.isnan(summary.k_for_95) and summary.cases_stable_at_n == 0.0
 
 
 def test_stable_k_waits_until_agreement_stays_above_the_level():

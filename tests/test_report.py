@@ -116,6 +116,11 @@ def test_report_stands_alone(report):
     versions = html[html.find('id="Versions-compared"') : html.find('id="Judges-compared"')]
     assert versions.count("exact McNemar p =") == 2  # one paired test per grid judge
     assert "judge sample(s)" in html and "repeat(s)" in html  # the grid's design, computed
+    samples = helpers.grid_jobs()[-2].parameters["judge_samples"]  # the last grid point's
+    assert f"<strong>{samples} judge sample(s)</strong> per verdict" in html
+    stability = html[html.find('id="What-one-run-can-show"') : html.find('id="Runs-in-this-report"')]
+    assert stability.count(f"% at its {samples};") == 2  # stability on the grid's own samples, per grid judge
+    assert versions.count("of this judge's verdicts in the grid are 95% stable") == 2
     assert "Label set <strong>archivist</strong>" in html  # the scoreboard's one label set
 
 

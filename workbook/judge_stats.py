@@ -158,8 +158,8 @@ def stable_k(agreement: pd.Series, level: float = 0.95) -> float:
 
 def samples_for_stability(curve: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """Return per judge: cases, recorded samples N, mean agreement and share of stable cases at ADK's 5
-    samples, and `k_for_95`: the smallest k from which the mean agreement over cases stays at or above
-    `level` up to N (NaN: not within N)."""
+    samples, the share of cases stable at N, and `k_for_95`: the smallest k from which the mean agreement
+    over cases stays at or above `level` up to N (NaN: not within N)."""
     rows = []
     for judge, group in curve.groupby("judge", sort=False):
         mean = group.groupby("k")["agreement"].mean()
@@ -171,6 +171,7 @@ def samples_for_stability(curve: pd.DataFrame, level: float = 0.95) -> pd.DataFr
                 "samples_per_case": int(group.k.max()),
                 "mean_agreement_at_5": float(mean.get(ADK_DEFAULT_SAMPLES, float("nan"))),
                 "cases_stable_at_5": float((at_default.agreement >= level).mean()) if len(at_default) else float("nan"),
+                "cases_stable_at_n": float((group[group.k == group.k.max()].agreement >= level).mean()),
                 "k_for_95": stable_k(mean, level),
             }
         )
