@@ -4,6 +4,7 @@ cassettes only through the client's merge, under the keys a direct recording wou
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -203,6 +204,28 @@ def test_a_read_log_travels_to_another_checkout_with_its_outputs_paths_moved(tmp
     assert record["files"][str(client_outputs / "promoted.evalset.json")] == file_digest(
         client_outputs / "promoted.evalset.json"
     )
+
+
+def test_files_a_job_wrote_in_scratch_outputs_inside_the_repository_are_not_checkout_files():
+    """`make report` keeps local workers' scratch under outputs/.dask-scratch, inside the repository: notebook
+    03 writes promoted.evalset.json there and reads it back, which must not read as another checkout's file."""
+    scratch = REPO / "outputs" / ".dask-scratch" / "workbook-job-test-checkout-digests"
+    outputs = scratch / "outputs"
+    outputs.mkdir(parents=True, exist_ok=True)
+    try:
+        (outputs / "promoted.evalset.json").write_text("{}")
+        read_log = scratch / "reads.jsonl"
+        notes = [{"file": str(REPO / "data" / "evalsets" / "final.evalset.json")}]
+        notes.append({"file": str(outputs / "promoted.evalset.json")})
+        read_log.write_text("".join(json.dumps(note) + "\n" for note in notes))
+        assert (
+            "outputs/.dask-scratch/workbook-job-test-checkout-digests/outputs/promoted.evalset.json"
+            in (input_record(read_log)["files"])
+        )  # a repository-relative path, like a checkout file
+        digests = grid_dask.checkout_digests(read_log, outputs)
+        assert digests == {"data/evalsets/final.evalset.json": file_digest(REPO / "data/evalsets/final.evalset.json")}
+    finally:
+        shutil.rmtree(scratch)
 
 
 def test_calls_recorded_by_local_jobs_of_an_interrupted_report_are_merged_by_the_next_run(recordings, tmp_path):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from workbook.grid import execute_job, finish_job, job_fingerprint, skipped, start_job
 from workbook.grid_file import NotebookJob
 from workbook.inputs import READ_LOG_VARIABLE, input_record, local_read_log, portable_read_log
-from workbook.settings import GridRunError, settings
+from workbook.settings import REPO, GridRunError, settings
 from workbook.util import atomic_write, first_line
 
 if TYPE_CHECKING:
@@ -91,15 +91,22 @@ def run_job_on_worker(
                 for path in recordings.glob("*.jsonl")
             },
             reads=portable_read_log(read_log, outputs),
-            file_digests=_checkout_digests(read_log),
+            file_digests=checkout_digests(read_log, outputs),
             fingerprint=job_fingerprint(job),
             error=error,
         )
 
 
-def _checkout_digests(read_log: Path) -> dict[str, str]:
-    """The digests of the repository's files a job read (paths relative to it), as this checkout holds them."""
-    return {path: digest for path, digest in input_record(read_log)["files"].items() if not Path(path).is_absolute()}
+def checkout_digests(read_log: Path, outputs: Path) -> dict[str, str]:
+    """Return the digests of the repository's files a job read (paths relative to it), as this checkout
+    holds them. Files under the job's own `outputs` are left out: the job wrote them, and `make report`'s
+    scratch outputs lie inside the repository (outputs/.dask-scratch), where they look like checkout files."""
+    own = outputs.resolve()
+    return {
+        path: digest
+        for path, digest in input_record(read_log)["files"].items()
+        if not Path(path).is_absolute() and not (REPO / path).resolve().is_relative_to(own)
+    }
 
 
 def run_on_dask(
