@@ -8,6 +8,8 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,17 +22,22 @@ SCREENSHOTS = REPO / "outputs" / "screenshots"
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    outputs = tmp_path_factory.mktemp("outputs")
+def report():
+    # Inside the repository's outputs folder, as `make report` runs: local workers' scratch folders then lie
+    # inside the repository too (a fresh-clone `make report` once failed there and nowhere else).
+    outputs = Path(tempfile.mkdtemp(prefix="test-report-", dir=REPO / "outputs"))
     patch = pytest.MonkeyPatch()
-    patch.setenv("WORKBOOK_OUTPUTS", str(outputs))
-    patch.setenv("WORKBOOK_RECORD_MODE", "replay")
-    helpers.refresh_settings()
-    first = helpers.run_grid()
-    html = helpers.export_report()
-    second = helpers.run_grid()
-    yield {"outputs": outputs, "first": first, "second": second, "html": html}
-    patch.undo()
+    try:
+        patch.setenv("WORKBOOK_OUTPUTS", str(outputs))
+        patch.setenv("WORKBOOK_RECORD_MODE", "replay")
+        helpers.refresh_settings()
+        first = helpers.run_grid()
+        html = helpers.export_report()
+        second = helpers.run_grid()
+        yield {"outputs": outputs, "first": first, "second": second, "html": html}
+    finally:
+        patch.undo()
+        shutil.rmtree(outputs)
 
 
 def _executed(report, name):
