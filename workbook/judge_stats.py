@@ -243,11 +243,10 @@ def calibrate_cv(scores: pd.Series, labels: pd.Series, folds: int = 5, seed: int
     """
     from sklearn.model_selection import StratifiedKFold
 
-    data = pd.concat([scores.rename("score"), labels.rename("label")], axis=1).dropna()
-    y, s = data.label.astype(int).to_numpy(), data.score.to_numpy(dtype=float)
+    s, y = _labelled_scores(scores, labels)
     fewest = int(np.bincount(y, minlength=2).min())
     if fewest < 2:
-        return {"cases": len(data), "error": "cross-validation needs at least two labelled passes and two fails"}
+        return {"cases": len(y), "error": "cross-validation needs at least two labelled passes and two fails"}
     folds = min(folds, fewest)
     raw = (s > 0.5).astype(int)
     tuned, thresholds = np.zeros_like(y), []
@@ -255,7 +254,7 @@ def calibrate_cv(scores: pd.Series, labels: pd.Series, folds: int = 5, seed: int
         best = _best_threshold(s[train], y[train])
         thresholds.append(best)
         tuned[test] = (s[test] >= best).astype(int)
-    result: dict[str, Any] = {"cases": len(data), "passes": int(y.sum()), "folds": folds, "thresholds": thresholds}
+    result: dict[str, Any] = {"cases": len(y), "passes": int(y.sum()), "folds": folds, "thresholds": thresholds}
     for name, predicted in (("raw", raw), ("calibrated", tuned)):
         for metric, function in (("balanced_accuracy", balanced_accuracy), ("kappa", cohen_kappa)):
             estimate, low, high = bootstrap_ci((y, predicted), function, vectorized=True)
@@ -267,8 +266,13 @@ def fit_threshold(scores: pd.Series, labels: pd.Series) -> float:
     """Return the pass threshold (pass when score >= it) with the best balanced accuracy against the labels
     (1 = pass) on every labelled case: the threshold a calibrated judge would use from now on. Its accuracy
     must come from calibrate_cv's held-out folds, never from the cases it was fitted on."""
+    return _best_threshold(*_labelled_scores(scores, labels))
+
+
+def _labelled_scores(scores: pd.Series, labels: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The (score, 0/1 label) arrays of the cases that have both."""
     data = pd.concat([scores.rename("score"), labels.rename("label")], axis=1).dropna()
-    return _best_threshold(data.score.to_numpy(dtype=float), data.label.astype(int).to_numpy())
+    return data.score.to_numpy(dtype=float), data.label.astype(int).to_numpy()
 
 
 def _best_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
