@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-from workbook.findings import finding_experiment, load_findings, load_frozen_answers
+from workbook.findings import finding_experiment, load_findings, load_frozen_answers, sample_outcomes
 
 MAJORITY = 0.5 + 1e-9  # ADK passes a sample vote above one half: a tie fails
 
@@ -67,7 +67,7 @@ def threshold_reading(finding: dict, shares: pd.Series, truth: dict, calibrated:
 
 def answer_shares(table: pd.DataFrame) -> pd.Series:
     """Return the share of yes samples per (arm, answer), unparsed samples counting as no (as in the finding's arms)."""
-    return table.assign(passed=table["sample_verdict"].eq("pass")).groupby(["arm", "case"], sort=False)["passed"].mean()
+    return table.assign(passed=sample_outcomes(table, "pass")).groupby(["arm", "case"], sort=False)["passed"].mean()
 
 
 def _pattern(shares: pd.Series, finding: dict, truth: dict):
