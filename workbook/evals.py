@@ -52,9 +52,10 @@ def run_eval(
 
     One row per (repeat, case, invocation, metric, judge, sample), with every judge sample's raw
     reply and parsed verdict (ADK itself keeps only the winning sample). `judge_model` and
-    `judge_samples` replace every LLM-judged metric's judge and num_samples (None keeps the config's). Writes the table and a
-    meta.json under outputs/runs/<run_id>/, prints a one-line summary, and writes ADK's own EvalSetResult
-    into the agent's eval history (agents/<agent name>/.adk/eval_history), where `adk web` lists it.
+    `judge_samples` replace every LLM-judged metric's judge and num_samples (None keeps the config's).
+    Writes the table and a meta.json under outputs/runs/<run_id>/, prints a one-line summary, and writes
+    ADK's own EvalSetResult into the agent's eval history (agents/<agent name>/.adk/eval_history), where
+    `adk web` lists it.
 
     Lint errors stop the run before any model call (on_lint_error="warn" runs anyway); warnings
     are shown. The run is one replay scope: calling it twice replays the same recordings. A failed
